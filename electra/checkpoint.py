@@ -1,0 +1,172 @@
+"""Run folders and checkpoints: what a run leaves on disk and how any model is found again.
+
+    RUN_DIR/config.yaml                     the resolved PretrainConfig
+    RUN_DIR/tokenizer/tokenizer.json        a copy of the tokenizer (absent for the built-in synthetic data)
+    RUN_DIR/metrics.jsonl                   one JSON object per log step
+    RUN_DIR/checkpoints/step_00001000/      model.safetensors, config.yaml, and the training state
+
+Every write goes to a temporary name first and is renamed into place, so a killed process never leaves a
+half-written checkpoint that looks complete. Loading reads safetensors and JSON/YAML only: it never runs code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+from safetensors.torch import load_file, save_file
+
+from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
+from electra.model import ElectraForPretraining, ElectraModel
+
+CHECKPOINT_PREFIX = "step_"
+COMPLETE_MARKER = "COMPLETE"  # written last: a folder without it is an interrupted save
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write a file through a temporary sibling and an atomic rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_config(cfg: PretrainConfig, path: Path) -> None:
+    write_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def read_config(path: Path) -> PretrainConfig:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise CheckpointError(f"{path}: cannot read the config: {err}") from err
+    try:
+        return from_dict(raw, source=str(path))
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from err
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"{CHECKPOINT_PREFIX}{step:08d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX)]
+    return sorted((p for p in found if (p / COMPLETE_MARKER).exists()), key=lambda p: p.name)
+
+
+def save_model_checkpoint(
+    model: ElectraForPretraining, cfg: PretrainConfig, ckpt: Path, extra_files: dict[str, bytes] | None = None
+) -> Path:
+    """Write model weights, config and any extra files into `ckpt`, built in a temporary folder and renamed."""
+    ckpt = Path(ckpt)
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=ckpt.parent, prefix=f".{ckpt.name}."))
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, tmp / "model.safetensors")
+        save_config(cfg, tmp / "config.yaml")
+        for name, data in (extra_files or {}).items():
+            (tmp / name).write_bytes(data)
+        (tmp / COMPLETE_MARKER).write_text("")
+        if ckpt.exists():
+            shutil.rmtree(ckpt)
+        os.replace(tmp, ckpt)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ckpt
+
+
+def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainConfig]:
+    ckpt = Path(ckpt)
+    if not (ckpt / COMPLETE_MARKER).exists():
+        raise CheckpointError(f"{ckpt}: incomplete checkpoint (interrupted save)")
+    cfg = read_config(ckpt / "config.yaml")
+    model = ElectraForPretraining(cfg.model, cfg.objective)
+    try:
+        state = load_file(ckpt / "model.safetensors")
+        model.load_state_dict(state)
+    except Exception as err:  # corrupt file, or weights of another config
+        raise CheckpointError(f"{ckpt / 'model.safetensors'}: cannot load: {err}") from err
+    return model, cfg
+
+
+def find_tokenizer(path: Path) -> Path | None:
+    """The tokenizer folder that belongs to a run, checkpoint or HF folder, if any."""
+    path = Path(path)
+    for candidate in (path / "tokenizer", path.parent.parent / "tokenizer", path, path / "discriminator"):
+        if (candidate / "tokenizer.json").exists() or (candidate / "vocab.txt").exists():
+            return candidate
+    return None
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A run folder means its newest complete checkpoint; a checkpoint folder means itself."""
+    path = Path(path)
+    if (path / COMPLETE_MARKER).exists():
+        return path
+    ckpts = list_checkpoints(path)
+    if not ckpts:
+        raise CheckpointError(f"{path}: no complete checkpoint found (expected a run folder or a checkpoint)")
+    return ckpts[-1]
+
+
+def load_pretraining_model(path: str | Path) -> tuple[ElectraForPretraining, PretrainConfig]:
+    """Generator + discriminator from a run folder, a checkpoint, or an HF export (discriminator/ + generator/)."""
+    path = Path(path)
+    if (path / "discriminator" / "config.json").exists() and (path / "generator" / "config.json").exists():
+        from electra.hf_compat import from_hf
+
+        model = from_hf(path / "discriminator", path / "generator")
+        return model, PretrainConfig(model=model.cfg)
+    model, cfg = load_model_checkpoint(resolve_checkpoint(path))
+    return model.eval(), cfg
+
+
+def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Path | None]:
+    """The discriminator body for fine-tuning, from any of: a run folder, a checkpoint, our HF export, or a
+    transformers ELECTRA folder (e.g. a saved google/electra-small-discriminator). Returns the tokenizer folder
+    that came with it, if any."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such model folder")
+    hf_dir = path / "discriminator" if (path / "discriminator" / "config.json").exists() else path
+    if (hf_dir / "config.json").exists():
+        from electra.hf_compat import _HF_PREFIXES, _rename, model_config_from_hf, read_hf_dir
+
+        hf_cfg, state = read_hf_dir(hf_dir)
+        cfg = model_config_from_hf(hf_cfg, None)
+        body = ElectraModel(cfg)
+        if not any(k.startswith("electra.") for k in state):  # a bare ElectraModel: no base-model prefix
+            state = {f"electra.{k}": v for k, v in state.items()}
+        renamed = {}
+        for key, value in state.items():
+            name = _rename(key, _HF_PREFIXES["discriminator"], reverse=True) or ""
+            if name.startswith(("embeddings.", "discriminator.electra.")):  # heads are replaced by fine-tuning
+                renamed[name.removeprefix("discriminator.electra.")] = value
+        result = body.load_state_dict(renamed, strict=False)
+        if result.missing_keys:
+            raise CheckpointError(f"{hf_dir}: weights missing: {result.missing_keys[:5]}")
+        return body, cfg, find_tokenizer(hf_dir)
+    ckpt = resolve_checkpoint(path)
+    model, cfg = load_model_checkpoint(ckpt)
+    return ElectraModel.from_pretraining(model), cfg.model, find_tokenizer(ckpt)

@@ -1,0 +1,299 @@
+"""Typed configuration: dataclasses are the schema and hold the defaults (ELECTRA-Small, OFF behaviour).
+
+Presets in `electra/configs/*.yaml` hold only differences from these defaults. Overrides come last, as dotted
+`section.key=value` strings. Unknown keys and wrong types fail with a message naming the key and the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PRESET_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used, with the key and source that caused it."""
+
+
+@dataclass
+class EncoderSize:
+    """The sizes of one transformer encoder stack (discriminator or generator)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+
+
+@dataclass
+class ModelConfig:
+    """Discriminator, generator and shared embeddings (SPEC §1). Defaults: ELECTRA-Small."""
+
+    vocab_size: int = 30522
+    """Vocabulary size; must match the tokenizer."""
+    embedding_size: int = 128
+    """Width of the shared word/position/type embeddings."""
+    hidden_size: int = 256
+    """Discriminator hidden size."""
+    num_layers: int = 12
+    """Transformer layers (the generator has as many)."""
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    generator_fraction: float = 0.25
+    """Generator hidden size as a fraction of the discriminator's (paper: 1/4 for Small)."""
+    generator_hidden_size: int | None = None
+    """Explicit generator sizes (e.g. from an imported HF generator); None derives them from the fraction."""
+    generator_num_heads: int | None = None
+    generator_intermediate_size: int | None = None
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    """Dropout on hidden states (embeddings, attention output, FFN output)."""
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+
+    @property
+    def discriminator(self) -> EncoderSize:
+        return EncoderSize(self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+
+    @property
+    def generator(self) -> EncoderSize:
+        # OFF run_pretraining.py::get_generator_config: hidden scaled, FFN 4x, one head per 64 dims.
+        hidden = self.generator_hidden_size or max(1, round(self.hidden_size * self.generator_fraction))
+        heads = self.generator_num_heads or max(1, hidden // 64)
+        return EncoderSize(hidden, self.num_layers, heads, self.generator_intermediate_size or 4 * hidden)
+
+
+@dataclass
+class ObjectiveConfig:
+    """Replaced-token detection (SPEC §2). Defaults: OFF."""
+
+    masking: Literal["fixed", "bernoulli"] = "fixed"
+    """fixed: OFF's N = int((p + 0.005) * T) slots per sequence; bernoulli: RC's i.i.d. per-token masking."""
+    mask_prob: float = 0.15
+    mask_token_prob: float = 0.85
+    """Of the chosen positions, the fraction shown as [MASK]; the rest keep the original (no random tokens)."""
+    replace: Literal["all", "masked"] = "all"
+    """Sampled tokens replace all chosen positions (OFF) or only the [MASK]ed ones (RC)."""
+    temperature: float = 1.0
+    """Sampling temperature for the generator (logits / T)."""
+    sampler: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"
+    """How a token is drawn from softmax(logits / T): both draw from the same distribution (see masking.py)."""
+    disallow_correct: bool = False
+    """Forbid sampling the original token (OFF option, default off)."""
+    generator_weight: float = 1.0
+    discriminator_weight: float = 50.0
+    """lambda in the paper; OFF configure_pretraining.py disc_weight = 50.0."""
+    disc_on_special: bool = True
+    """Count [CLS]/[SEP] in the discriminator loss (OFF); RC excludes special tokens."""
+
+
+@dataclass
+class DataConfig:
+    """Where batches come from. Without `path`, the built-in synthetic corpus is used."""
+
+    path: str | None = None
+    """A folder written by `electra data prepare`."""
+    builder: Literal["dynamic", "static"] = "dynamic"
+    """dynamic: random windows of documents each draw (the study); static: OFF's packed A/B segment examples."""
+    seq_len: int = 128
+    eval_fraction: float = 0.01
+    """Fraction of documents held out for pretraining evaluation."""
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop (SPEC §4). Defaults: OFF's recipe at ELECTRA-Small scale."""
+
+    max_steps: int = 1_000_000
+    batch_size: int = 128
+    """Global batch size (sequences per optimizer step, across accumulation and ranks)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on one device; None means the whole per-rank batch."""
+    max_memory_gb: float | None = None
+    """Pick the micro-batch so that the estimated peak memory fits this budget (GB)."""
+    optimizer: Literal["adam", "adamw"] = "adam"
+    """adam: Adam without bias correction (OFF); adamw: AdamW with bias correction (the study)."""
+    lr: float = 5e-4
+    schedule: Literal["original", "study"] = "original"
+    """original: linear decay from step 0 times a linear warmup (OFF); study: warmup then linear decay (RC)."""
+    warmup_steps: int = 10_000
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-6
+    grad_clip: float = 1.0
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "auto"
+    """auto: bf16 on CUDA devices that support it, fp32 on CPU."""
+    compile: bool = False
+    seed: int = 0
+    log_every: int = 100
+    eval_every: int = 5000
+    eval_batches: int = 20
+    save_every: int = 10_000
+    keep_last: int = 3
+    max_nonfinite: int = 20
+    """Stop after this many consecutive steps with non-finite loss or gradients."""
+    collapse_patience: int = 3
+    """Evaluations in a row with collapsed discriminator metrics before the run is flagged."""
+    stop_on_collapse: bool = False
+
+
+@dataclass
+class PretrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def num_mask_slots(self) -> int:
+        """Static number of masked slots per sequence (OFF: max_predictions_per_seq)."""
+        return num_mask_slots(self.objective, self.data.seq_len)
+
+
+def num_mask_slots(objective: ObjectiveConfig, seq_len: int) -> int:
+    if objective.masking == "fixed":
+        # OFF configure_pretraining.py: max_predictions_per_seq = int((mask_prob + 0.005) * max_seq_length)
+        return int((objective.mask_prob + 0.005) * seq_len)
+    # Bernoulli: the mean plus five standard deviations, so dropping overflow almost never happens.
+    p = objective.mask_prob
+    return min(seq_len, int(p * seq_len + 5 * (seq_len * p * (1 - p)) ** 0.5) + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading, overriding, validating
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(preset_or_path: str | Path | None = None, overrides: list[str] | None = None) -> PretrainConfig:
+    """Defaults, then a preset name or YAML file, then `section.key=value` overrides."""
+    cfg = PretrainConfig()
+    if preset_or_path is not None:
+        path = Path(preset_or_path)
+        if not path.suffix and (PRESET_DIR / f"{path}.yaml").exists():
+            path = PRESET_DIR / f"{path}.yaml"
+        if not path.exists():
+            raise ConfigError(f"unknown config {preset_or_path!r}: not a file, and presets are {preset_names()}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
+        cfg = merge(cfg, raw, source=str(path))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        nested: dict[str, Any] = {}
+        node = nested
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+        cfg = merge(cfg, nested, source=f"override {item!r}")
+    validate(cfg)
+    return cfg
+
+
+def merge(obj: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
+    """Return a copy of dataclass `obj` with the values of `raw` applied, type-checked."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'config'} must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(type(obj))
+    fields = {f.name for f in dataclasses.fields(obj)}
+    updates = {}
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if key not in fields:
+            raise ConfigError(f"{source}: unknown key {name!r}; valid keys here: {sorted(fields)}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            updates[key] = merge(current, value, source, prefix=f"{name}.")
+        else:
+            updates[key] = coerce(value, hints[key], name, source)
+    return dataclasses.replace(obj, **updates)
+
+
+def coerce(value: Any, tp: Any, name: str, source: str) -> Any:
+    """Check `value` against a field type (int, float, bool, str, Literal, Optional); ints widen to float."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, name, source)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{source}: {name} cannot be {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{source}: {name} must be one of {list(choices)}, got {value!r}")
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():  # 1e6 in YAML
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "5e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{source}: {name} must be {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def validate(cfg: PretrainConfig) -> None:
+    m, o, d, t = cfg.model, cfg.objective, cfg.data, cfg.train
+    checks = [
+        (m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads"),
+        (m.generator.hidden_size % m.generator.num_heads == 0, "generator hidden size must divide by its heads"),
+        (d.seq_len <= m.max_position_embeddings, "data.seq_len exceeds model.max_position_embeddings"),
+        (0 < o.mask_prob < 1, "objective.mask_prob must be in (0, 1)"),
+        (0 <= o.mask_token_prob <= 1, "objective.mask_token_prob must be in [0, 1]"),
+        (o.temperature > 0, "objective.temperature must be positive"),
+        (0 < m.generator_fraction <= 1.5, "model.generator_fraction must be in (0, 1.5]"),
+        (t.batch_size > 0 and t.max_steps > 0, "train.batch_size and train.max_steps must be positive"),
+        (t.micro_batch_size is None or t.micro_batch_size > 0, "train.micro_batch_size must be positive"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(raw: dict[str, Any], source: str = "saved config") -> PretrainConfig:
+    cfg = merge(PretrainConfig(), raw, source)
+    validate(cfg)
+    return cfg

@@ -1,0 +1,52 @@
+"""Pretraining data: tokenizers, corpus preparation, and the example sources the training loop draws from.
+
+The contract with the training loop is small and pure: an `ExampleSource` maps global example ids to token
+arrays. The loop asks for ids [step * B, (step + 1) * B) and splits them across ranks and micro-batches, so a
+resumed run sees exactly the batches it would have seen, ranks get disjoint data, and how a batch is split never
+changes what it contains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What the model and the objective need to know about a tokenizer."""
+
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    path: Path | None = None
+    """Folder holding tokenizer.json (or vocab.txt); None for the built-in synthetic vocabulary."""
+
+    @property
+    def special_ids(self) -> list[int]:
+        """Tokens never chosen for masking: [PAD] [CLS] [SEP] [MASK] (and [UNK] is left maskable, as OFF)."""
+        return [self.pad_id, self.cls_id, self.sep_id, self.mask_id]
+
+
+class ExampleSource(Protocol):
+    seq_len: int
+
+    def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """(n,) int64 global example ids -> `input_ids`, `attention_mask`, `token_type_ids`, each (n, seq_len) int64.
+
+        A pure function of (the source's seed, the ids): the same id always gives the same example.
+        """
+        ...
+
+
+@dataclass
+class PretrainingData:
+    train: ExampleSource
+    eval: ExampleSource
+    tokens: TokenizerInfo

@@ -1,0 +1,147 @@
+"""Choosing the positions to corrupt and sampling the generator's replacements (SPEC §2).
+
+All randomness here is keyed by (seed, example id, position) through a counter-based hash rather than drawn from a
+stateful generator. The same example is therefore masked and sampled identically whichever rank, micro-batch or
+resumed process handles it, which is what makes gradient accumulation and DDP exactly equal to one big batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from electra.config import ObjectiveConfig
+
+_MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: spreads consecutive counters apart
+# Independent random streams per use, so that e.g. the mask/keep coin never correlates with position choice.
+STREAM_POSITIONS, STREAM_KEEP, STREAM_SAMPLE = 1, 2, 3
+
+
+def _mul32(x: Tensor, c: int) -> Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32), split so that no intermediate overflows int64."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _MASK32
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer hash with full avalanche ("lowbias32", C. Wellons); x holds values in [0, 2^32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def example_keys(seed: int, example_ids: Tensor) -> Tensor:
+    """(B,) int64 keys in [0, 2^32) from the run seed and each example's global index in the data stream."""
+    ids = example_ids.long()
+    seed_key = _mix32(torch.tensor(seed & _MASK32, device=ids.device) ^ _mix32(torch.tensor(seed >> 32)))
+    x = _mix32((ids & _MASK32) ^ seed_key)
+    return _mix32(x ^ ((ids >> 32) & _MASK32))
+
+
+def keyed_uniform(keys: Tensor, n: int, stream: int) -> Tensor:
+    """(B, n) float32 uniforms in the open interval (0, 1), a pure function of (key, counter, stream)."""
+    base = _mix32((keys.long()[:, None] + stream * _GOLDEN) & _MASK32)  # (B, 1)
+    counters = torch.arange(n, device=keys.device) * _GOLDEN  # (n,)
+    x = _mix32(_mix32((base + counters) & _MASK32) ^ base)  # (B, n)
+    return ((x >> 8).float() + 0.5) * (1.0 / (1 << 24))  # 24 random bits: exact in fp32
+
+
+@dataclass
+class MaskedBatch:
+    """The generator's input and the static (B, N) description of the corrupted slots."""
+
+    input_ids: Tensor
+    """(B, T) the original tokens with chosen positions shown as [MASK] (or kept, for the 15%)."""
+    positions: Tensor
+    """(B, N) chosen positions, distinct within a row."""
+    weights: Tensor
+    """(B, N) float 1.0 for a real slot, 0.0 for an unused one (its position is left untouched)."""
+    targets: Tensor
+    """(B, N) the original tokens at `positions`."""
+    is_masked: Tensor
+    """(B, N) bool: the slot is shown to the generator as [MASK] (False: kept as the original token)."""
+    keys: Tensor
+    """(B,) per-example keys for the generator's sampling noise."""
+    disc_mask: Tensor
+    """(B, T) bool: positions that count in the discriminator loss (non-pad; non-special too unless OFF)."""
+
+
+def mask_tokens(
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    example_ids: Tensor,
+    seed: int,
+    objective: ObjectiveConfig,
+    num_slots: int,
+    mask_token_id: int,
+    special_ids: Tensor,
+) -> MaskedBatch:
+    """Choose positions among non-special, non-pad tokens and hide 85% of them behind [MASK].
+
+    fixed (OFF pretrain_helpers.mask): k = max(1, min(N, round(p * non-pad tokens))) positions per sequence,
+    drawn uniformly without replacement. bernoulli (RC): every candidate independently with probability p, at
+    most N kept (N is the mean plus five standard deviations; see config.num_mask_slots).
+    """
+    B, T = input_ids.shape
+    keys = example_keys(seed, example_ids)
+    candidates = attention_mask.bool() & ~torch.isin(input_ids, special_ids)
+    u = keyed_uniform(keys, T, STREAM_POSITIONS)  # (B, T)
+    if objective.masking == "fixed":
+        priority = torch.where(candidates, u, -1.0)
+        n_tokens = attention_mask.sum(1).float()
+        k = torch.round(n_tokens * objective.mask_prob).clamp(1, num_slots)  # (B,)
+    else:
+        priority = torch.where(candidates & (u < objective.mask_prob), u, -1.0)
+        k = torch.full((B,), float(num_slots), device=input_ids.device)
+    top, positions = priority.topk(num_slots, dim=1)  # (B, N), positions distinct per row
+    slot = torch.arange(num_slots, device=input_ids.device)
+    real = (slot[None, :] < k[:, None]) & (top >= 0)
+    targets = input_ids.gather(1, positions)
+    keep_coin = keyed_uniform(keys, num_slots, STREAM_KEEP)
+    is_masked = real & (keep_coin < objective.mask_token_prob)
+    shown = torch.where(is_masked, torch.full_like(targets, mask_token_id), targets)
+    return MaskedBatch(
+        input_ids=input_ids.scatter(1, positions, shown),
+        positions=positions,
+        weights=real.float(),
+        targets=targets,
+        is_masked=is_masked,
+        keys=keys,
+        disc_mask=attention_mask.bool() if objective.disc_on_special else candidates,
+    )
+
+
+@torch.no_grad()
+def sample_replacements(
+    logits: Tensor,
+    targets: Tensor,
+    keys: Tensor,
+    temperature: float = 1.0,
+    disallow_correct: bool = False,
+    sampler: str = "inverse_cdf",
+) -> Tensor:
+    """Draw one token per slot from softmax(logits / T), in fp32 and without gradient. (B, N, V) -> (B, N).
+
+    `gumbel` is the paper's argmax(logits / T + Gumbel noise); `inverse_cdf` draws from the identical categorical
+    distribution with one uniform per slot instead of one per vocabulary entry. Both are keyed per example; the
+    inverse CDF is the default because keyed noise over B x N x V entries costs seconds per step on a CPU.
+    """
+    logits = logits.float() / temperature  # fp32 always: pytorch/pytorch#41663
+    if disallow_correct:
+        logits = logits.scatter(-1, targets[..., None], float("-inf"))
+    B, N, V = logits.shape
+    if sampler == "gumbel":
+        slots = torch.arange(N, device=keys.device) * _GOLDEN
+        row_keys = _mix32((keys[:, None] + slots) & _MASK32)  # (B, N): one key per slot
+        u = keyed_uniform(row_keys.reshape(-1), V, STREAM_SAMPLE).view(B, N, V)
+        return (logits - torch.log(-torch.log(u))).argmax(-1)
+    probs = torch.softmax(logits, dim=-1)
+    cdf = probs.cumsum(-1)  # (B, N, V)
+    u = keyed_uniform(keys, N, STREAM_SAMPLE)  # (B, N)
+    target = (u * cdf[..., -1])[..., None].contiguous()
+    return torch.searchsorted(cdf, target).squeeze(-1).clamp_(max=V - 1)

@@ -1,0 +1,359 @@
+"""ELECTRA in one file, ordered by data flow: embeddings -> attention -> feed-forward -> layer -> encoder ->
+generator and discriminator -> the pretraining model (SPEC §1, §2).
+
+Module and parameter names follow transformers' `modeling_electra.py` (`attention.self.query`,
+`intermediate.dense`, `output.LayerNorm`, ...) so that `hf_compat` maps Google/HF weights one-to-one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from electra.config import EncoderSize, ModelConfig, ObjectiveConfig
+from electra.masking import MaskedBatch, sample_replacements
+
+
+class Embeddings(nn.Module):
+    """Word + position + token-type embeddings -> LayerNorm -> dropout; shared by generator and discriminator."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.embedding_size)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.embedding_size)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.embedding_size)
+        self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        T = input_ids.shape[1]
+        x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:T]  # (B, T, E)
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        H = size.hidden_size
+        self.num_heads = size.num_heads
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.dropout_p = cfg.attention_dropout
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        B, T, H = x.shape
+        heads = lambda t: t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)  # (B, nh, T, hd)
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        dropout_p = self.dropout_p if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class AttentionOutput(nn.Module):
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(size.hidden_size, size.hidden_size)
+        self.LayerNorm = nn.LayerNorm(size.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, y: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(y)) + residual)  # post-LN, as BERT/ELECTRA
+
+
+class Attention(nn.Module):
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        self.self = SelfAttention(size, cfg)
+        self.output = AttentionOutput(size, cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.output(self.self(x, mask), x)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, size: EncoderSize):
+        super().__init__()
+        self.dense = nn.Linear(size.hidden_size, size.intermediate_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(self.dense(x))  # exact erf GELU, as the original (not the tanh approximation)
+
+
+class Output(nn.Module):
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(size.intermediate_size, size.hidden_size)
+        self.LayerNorm = nn.LayerNorm(size.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, h: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(h)) + residual)
+
+
+class Layer(nn.Module):
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        self.attention = Attention(size, cfg)
+        self.intermediate = Intermediate(size)
+        self.output = Output(size, cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.attention(x, mask)
+        return self.output(self.intermediate(x), x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(size, cfg) for _ in range(size.num_layers))
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        for layer in self.layer:
+            x = layer(x, mask)
+        return x
+
+
+def attention_bias(attention_mask: Tensor | None) -> Tensor | None:
+    """(B, T) 1/0 padding mask -> (B, 1, 1, T) boolean mask over keys for SDPA; None means no padding."""
+    return None if attention_mask is None else attention_mask[:, None, None, :].bool()
+
+
+class Transformer(nn.Module):
+    """`embeddings_project` (only when embedding and hidden sizes differ, as HF) followed by the encoder.
+
+    The body of both the generator and the discriminator; HF prefix `electra.`.
+    """
+
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        differ = cfg.embedding_size != size.hidden_size
+        self.embeddings_project = nn.Linear(cfg.embedding_size, size.hidden_size) if differ else nn.Identity()
+        self.encoder = Encoder(size, cfg)
+
+    def forward(self, embedded: Tensor, mask: Tensor | None) -> Tensor:
+        return self.encoder(self.embeddings_project(embedded), mask)  # (B, T, H)
+
+
+class GeneratorPredictions(nn.Module):
+    """Linear(H_g -> E) -> GELU -> LayerNorm; the logits then use the shared word table (tied)."""
+
+    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(size.hidden_size, cfg.embedding_size)
+        self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.LayerNorm(F.gelu(self.dense(h)))
+
+
+class DiscriminatorPredictions(nn.Module):
+    """Linear(H -> H) -> GELU -> Linear(H -> 1): one replaced-or-original logit per token."""
+
+    def __init__(self, size: EncoderSize):
+        super().__init__()
+        self.dense = nn.Linear(size.hidden_size, size.hidden_size)
+        self.dense_prediction = nn.Linear(size.hidden_size, 1)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.dense_prediction(F.gelu(self.dense(h))).squeeze(-1)
+
+
+class Generator(nn.Module):
+    """The small masked-LM. Its output layer is the shared word table (passed in) plus its own bias."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        size = cfg.generator
+        self.electra = Transformer(size, cfg)
+        self.generator_predictions = GeneratorPredictions(size, cfg)
+        self.lm_head_bias = nn.Parameter(torch.zeros(cfg.vocab_size))  # HF: generator_lm_head.bias
+
+    def logits(self, h: Tensor, word_table: Tensor) -> Tensor:
+        return F.linear(self.generator_predictions(h), word_table, self.lm_head_bias)  # (..., V)
+
+
+class Discriminator(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.electra = Transformer(cfg.discriminator, cfg)
+        self.discriminator_predictions = DiscriminatorPredictions(cfg.discriminator)
+
+
+STAT_NAMES = (
+    "mlm_loss_sum", "mlm_count", "mlm_correct", "sampled_correct",
+    "disc_loss_sum", "disc_count", "disc_correct", "disc_true_pos", "disc_pred_pos", "disc_pos",
+)  # fmt: skip
+
+
+@dataclass
+class PretrainOutput:
+    loss: Tensor
+    """generator_weight * MLM loss + discriminator_weight * disc loss, each normalised by its target count."""
+    mlm_loss: Tensor
+    disc_loss: Tensor
+    stats: dict[str, Tensor]
+    """Detached sums and counts (see STAT_NAMES) that add across micro-batches and ranks into exact metrics."""
+    disc_logits: Tensor
+    """(B, T) discriminator logits (for AUC at evaluation)."""
+    disc_labels: Tensor
+    """(B, T) 1.0 where the token was replaced."""
+    disc_mask: Tensor
+    """(B, T) bool: positions that count in the discriminator loss."""
+
+
+class ElectraForPretraining(nn.Module):
+    """Generator + discriminator over one shared embedding block, trained with replaced-token detection."""
+
+    def __init__(self, cfg: ModelConfig, objective: ObjectiveConfig | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.objective = objective or ObjectiveConfig()
+        self.embeddings = Embeddings(cfg)
+        self.generator = Generator(cfg)
+        self.discriminator = Discriminator(cfg)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.cfg.initializer_range  # normal(0, 0.02) weights, zero biases (BERT / OFF)
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    # -- full-sequence views, for comparisons with transformers and for inspection ------------------------------
+
+    def discriminator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """(B, T) replaced-token logits at every position."""
+        h = self.discriminator.electra(self.embeddings(input_ids, token_type_ids), attention_bias(attention_mask))
+        return self.discriminator.discriminator_predictions(h)
+
+    def generator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """(B, T, V) masked-LM logits at every position (training computes them only at masked slots)."""
+        h = self.generator.electra(self.embeddings(input_ids, token_type_ids), attention_bias(attention_mask))
+        return self.generator.logits(h, self.embeddings.word_embeddings.weight)
+
+    # -- the pretraining objective ------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None,
+        token_type_ids: Tensor | None,
+        masked: MaskedBatch,
+        mlm_norm: Tensor | float | None = None,
+        disc_norm: Tensor | float | None = None,
+    ) -> PretrainOutput:
+        """One replaced-token-detection pass over a batch whose slots `mask_tokens` already chose.
+
+        `mlm_norm` / `disc_norm` are the target counts to divide the summed losses by: the global counts over all
+        micro-batches and ranks of an optimizer step, so accumulation and DDP give exactly the big-batch gradient.
+        By default the counts of this batch.
+        """
+        obj = self.objective
+        mask = attention_bias(attention_mask)
+        B, N = masked.positions.shape
+
+        # Generator: encode the [MASK]ed input, then the head only at the N chosen slots (OFF gathers them).
+        h = self.generator.electra(self.embeddings(masked.input_ids, token_type_ids), mask)  # (B, T, Hg)
+        h = h.gather(1, masked.positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, N, Hg)
+        gen_logits = self.generator.logits(h, self.embeddings.word_embeddings.weight)  # (B, N, V)
+        ce = F.cross_entropy(gen_logits.float().flatten(0, 1), masked.targets.flatten(), reduction="none")
+        mlm_sum = (ce.view(B, N) * masked.weights).sum()
+
+        # Sample replacements (no gradient flows back into the generator through them).
+        sampled = sample_replacements(
+            gen_logits, masked.targets, masked.keys, obj.temperature, obj.disallow_correct, obj.sampler
+        )
+        replace = masked.weights > 0
+        if obj.replace == "masked":
+            replace = replace & masked.is_masked
+        disc_input = input_ids.scatter(1, masked.positions, torch.where(replace, sampled, masked.targets))
+        labels = (disc_input != input_ids).float()  # a correct sample counts as original
+
+        # Discriminator on the corrupted sequence, every position.
+        hd = self.discriminator.electra(self.embeddings(disc_input, token_type_ids), mask)  # (B, T, H)
+        disc_logits = self.discriminator.discriminator_predictions(hd)  # (B, T)
+        disc_mask = masked.disc_mask
+        bce = F.binary_cross_entropy_with_logits(disc_logits.float(), labels, reduction="none")
+        disc_sum = (bce * disc_mask).sum()
+
+        stats = self._stats(mlm_sum, gen_logits, sampled, masked, disc_sum, disc_logits, labels, disc_mask)
+        mlm_norm = stats["mlm_count"].clamp(min=1) if mlm_norm is None else mlm_norm
+        disc_norm = stats["disc_count"].clamp(min=1) if disc_norm is None else disc_norm
+        mlm_loss, disc_loss = mlm_sum / mlm_norm, disc_sum / disc_norm
+        loss = obj.generator_weight * mlm_loss + obj.discriminator_weight * disc_loss
+        return PretrainOutput(loss, mlm_loss, disc_loss, stats, disc_logits.detach(), labels, disc_mask)
+
+    @torch.no_grad()
+    def _stats(self, mlm_sum, gen_logits, sampled, masked, disc_sum, disc_logits, labels, disc_mask):
+        w, dm = masked.weights, disc_mask.float()
+        predicted = (disc_logits > 0).float()
+        return {
+            "mlm_loss_sum": mlm_sum.detach(),
+            "mlm_count": w.sum(),
+            "mlm_correct": ((gen_logits.argmax(-1) == masked.targets).float() * w).sum(),
+            "sampled_correct": ((sampled == masked.targets).float() * w).sum(),
+            "disc_loss_sum": disc_sum.detach(),
+            "disc_count": dm.sum(),
+            "disc_correct": ((predicted == labels).float() * dm).sum(),
+            "disc_true_pos": (predicted * labels * dm).sum(),
+            "disc_pred_pos": (predicted * dm).sum(),
+            "disc_pos": (labels * dm).sum(),
+        }
+
+
+def metrics_from_stats(stats: dict[str, float]) -> dict[str, float]:
+    """Turn summed counts (over micro-batches, ranks and log steps) into the logged metrics."""
+    div = lambda a, b: stats[a] / stats[b] if stats[b] else float("nan")
+    return {
+        "mlm_loss": div("mlm_loss_sum", "mlm_count"),
+        "mlm_accuracy": div("mlm_correct", "mlm_count"),
+        "sampled_accuracy": div("sampled_correct", "mlm_count"),
+        "disc_loss": div("disc_loss_sum", "disc_count"),
+        "disc_accuracy": div("disc_correct", "disc_count"),
+        "disc_precision": div("disc_true_pos", "disc_pred_pos"),
+        "disc_recall": div("disc_true_pos", "disc_pos"),
+        "replaced_fraction": div("disc_pos", "disc_count"),
+    }
+
+
+class ElectraModel(Transformer):
+    """Embeddings + transformer: the discriminator body as fine-tuning uses it.
+
+    Parameter names are exactly those of transformers' `ElectraModel` (`embeddings.*`, `embeddings_project.*`,
+    `encoder.layer.*`).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.discriminator, cfg)
+        self.embeddings = Embeddings(cfg)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """(B, T) token ids -> (B, T, H) final hidden states."""
+        return super().forward(self.embeddings(input_ids, token_type_ids), attention_bias(attention_mask))
+
+    @classmethod
+    def from_pretraining(cls, model: ElectraForPretraining) -> ElectraModel:
+        """A copy of a pretraining model's discriminator body (shared embeddings included)."""
+        body = cls(model.cfg)
+        state = {f"embeddings.{k}": v for k, v in model.embeddings.state_dict().items()}
+        state.update(model.discriminator.electra.state_dict())
+        body.load_state_dict(state)
+        return body
