@@ -137,7 +137,7 @@ def load_pretraining_model(path: str | Path) -> tuple[ElectraForPretraining, Pre
         from electra.hf_compat import from_hf
 
         model = from_hf(path / "discriminator", path / "generator")
-        return model, PretrainConfig(model=model.cfg)
+        return model, PretrainConfig.for_model(model.cfg)
     model, cfg = load_model_checkpoint(resolve_checkpoint(path))
     return model.eval(), cfg
 

@@ -96,7 +96,7 @@ def run_import_hf(args: argparse.Namespace) -> int:
     from electra.hf_compat import from_hf
 
     model = from_hf(args.discriminator, args.generator)
-    cfg = PretrainConfig(model=model.cfg)
+    cfg = PretrainConfig.for_model(model.cfg)
     out = Path(args.out)
     save_config(cfg, out / "config.yaml")
     tok = find_tokenizer(Path(args.discriminator))

@@ -155,6 +155,11 @@ class PretrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    @classmethod
+    def for_model(cls, model: ModelConfig) -> PretrainConfig:
+        """Defaults around an existing model (e.g. imported weights), the length capped by its positions."""
+        return cls(model=model, data=DataConfig(seq_len=min(DataConfig.seq_len, model.max_position_embeddings)))
+
     @property
     def num_mask_slots(self) -> int:
         """Static number of masked slots per sequence (OFF: max_predictions_per_seq)."""

@@ -140,7 +140,10 @@ def from_hf(
     model = ElectraForPretraining(model_config_from_hf(disc_cfg, gen_cfg), objective)
     ours = model.state_dict()
     loaded: dict[str, Tensor] = {}
-    for which, state, folder in (("discriminator", disc_state, discriminator_dir), ("generator", gen_state, generator_dir)):
+    for which, state, folder in (
+        ("discriminator", disc_state, discriminator_dir),
+        ("generator", gen_state, generator_dir),
+    ):
         for key, value in state.items():
             if key == "generator_lm_head.weight":
                 if not torch.equal(value, gen_state.get("electra.embeddings.word_embeddings.weight", value)):
@@ -150,7 +153,9 @@ def from_hf(
             if name is None or name not in ours:
                 raise HFConversionError(f"{folder}: unexpected weight {key!r}")
             if value.shape != ours[name].shape:
-                raise HFConversionError(f"{folder}: {key} has shape {tuple(value.shape)}, expected {tuple(ours[name].shape)}")
+                raise HFConversionError(
+                    f"{folder}: {key} has shape {tuple(value.shape)}, expected {tuple(ours[name].shape)}"
+                )
             if name in loaded and not torch.equal(loaded[name], value):
                 log.warning("%s: %s differs from the discriminator's; using the discriminator's (shared)", folder, key)
                 continue

@@ -48,7 +48,7 @@ def keyed_uniform(keys: Tensor, n: int, stream: int) -> Tensor:
     base = _mix32((keys.long()[:, None] + stream * _GOLDEN) & _MASK32)  # (B, 1)
     counters = torch.arange(n, device=keys.device) * _GOLDEN  # (n,)
     x = _mix32(_mix32((base + counters) & _MASK32) ^ base)  # (B, n)
-    return ((x >> 8).float() + 0.5) * (1.0 / (1 << 24))  # 24 random bits: exact in fp32
+    return ((x >> 9).float() + 0.5) * (1.0 / (1 << 23))  # 23 random bits + 1/2 fit fp32's 24-bit mantissa
 
 
 @dataclass

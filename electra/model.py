@@ -50,8 +50,8 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         B, T, H = x.shape
-        heads = lambda t: t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)  # (B, nh, T, hd)
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        shape = (B, T, self.num_heads, H // self.num_heads)
+        q, k, v = (proj(x).view(shape).transpose(1, 2) for proj in (self.query, self.key, self.value))  # (B, nh, T, hd)
         dropout_p = self.dropout_p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         return y.transpose(1, 2).reshape(B, T, H)
@@ -319,7 +319,9 @@ class ElectraForPretraining(nn.Module):
 
 def metrics_from_stats(stats: dict[str, float]) -> dict[str, float]:
     """Turn summed counts (over micro-batches, ranks and log steps) into the logged metrics."""
-    div = lambda a, b: stats[a] / stats[b] if stats[b] else float("nan")
+
+    def div(a: str, b: str) -> float:
+        return stats[a] / stats[b] if stats[b] else float("nan")
     return {
         "mlm_loss": div("mlm_loss_sum", "mlm_count"),
         "mlm_accuracy": div("mlm_correct", "mlm_count"),

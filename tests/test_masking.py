@@ -1,0 +1,122 @@
+"""Statistics of the corruption: slot counts, never special tokens, the 85/15 split, keyed determinism, and that
+sampling draws from softmax(logits / T)."""
+
+import math
+
+import pytest
+import torch
+
+from electra.config import ObjectiveConfig, num_mask_slots
+from electra.masking import keyed_uniform, mask_tokens, sample_replacements
+
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+SPECIAL = torch.tensor([PAD, CLS, SEP, MASK])
+
+
+def batch(B=512, T=128, vocab=1000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (B, T), generator=g)
+    lengths = torch.randint(8, T + 1, (B,), generator=g)
+    attention = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    ids = ids * attention
+    ids[:, 0] = CLS
+    ids[torch.arange(B), lengths - 1] = SEP
+    ids[:, T // 3] = torch.where(attention[:, T // 3].bool(), SEP, 0)  # a segment boundary inside
+    return ids, attention, lengths
+
+
+def run_mask(ids, attention, objective=None, seed=0, T=128):
+    objective = objective or ObjectiveConfig()
+    n = num_mask_slots(objective, T)
+    return mask_tokens(ids, attention, torch.arange(ids.shape[0]), seed, objective, n, MASK, SPECIAL), n
+
+
+def test_fixed_masking_counts_and_candidates():
+    ids, attention, lengths = batch()
+    m, n = run_mask(ids, attention)
+    assert n == 19 and m.positions.shape == (512, 19)
+    expected_k = torch.round(lengths.float() * 0.15).clamp(1, 19)
+    assert torch.equal(m.weights.sum(1), expected_k)  # k = max(1, min(N, round(0.15 * non-pad)))
+    chosen = m.positions[m.weights.bool()]
+    rows = torch.arange(512)[:, None].expand(-1, 19)[m.weights.bool()]
+    original = ids[rows, chosen]
+    assert not torch.isin(original, SPECIAL).any()  # never [CLS]/[SEP]/[PAD]/[MASK]
+    assert attention[rows, chosen].all()
+    for row in range(512):  # distinct positions within a row
+        assert m.positions[row].unique().numel() == 19
+    # unused slots leave their position untouched
+    unused = ~m.weights.bool()
+    assert torch.equal(m.input_ids.gather(1, m.positions)[unused], m.targets[unused])
+
+
+def test_mask_keep_split_is_85_15():
+    ids, attention, _ = batch(B=4096)
+    m, _ = run_mask(ids, attention)
+    real = m.weights.bool()
+    shown_mask = (m.input_ids.gather(1, m.positions) == MASK) & real
+    frac = shown_mask.sum().item() / real.sum().item()
+    n = real.sum().item()
+    assert abs(frac - 0.85) < 4 * math.sqrt(0.85 * 0.15 / n)  # within 4 standard errors
+    assert torch.equal(shown_mask, m.is_masked)
+    # everything else is the original token: no random replacement
+    untouched = torch.ones_like(ids, dtype=torch.bool).scatter(1, m.positions, ~m.is_masked)
+    assert torch.equal(m.input_ids[untouched], ids[untouched])
+
+
+def test_masking_is_keyed_by_seed_and_example_not_by_batch_layout():
+    ids, attention, _ = batch(B=64)
+    a, n = run_mask(ids, attention, seed=3)
+    b, _ = run_mask(ids, attention, seed=3)
+    c, _ = run_mask(ids, attention, seed=4)
+    assert torch.equal(a.positions, b.positions) and torch.equal(a.input_ids, b.input_ids)
+    assert not torch.equal(a.positions, c.positions)
+    # the second half alone, with its global example ids, is masked exactly as inside the full batch
+    half = mask_tokens(ids[32:], attention[32:], torch.arange(32, 64), 3, ObjectiveConfig(), n, MASK, SPECIAL)
+    assert torch.equal(half.positions, a.positions[32:]) and torch.equal(half.input_ids, a.input_ids[32:])
+
+
+def test_bernoulli_masking_rate():
+    objective = ObjectiveConfig(masking="bernoulli")
+    ids, attention, _ = batch(B=2048)
+    m, n = run_mask(ids, attention, objective)
+    assert n == 40  # 0.15 * 128 + 5 sd, +1
+    candidates = attention.bool() & ~torch.isin(ids, SPECIAL)
+    rate = m.weights.sum().item() / candidates.sum().item()
+    assert abs(rate - 0.15) < 0.005
+    assert not torch.isin(m.targets[m.weights.bool()], SPECIAL).any()
+
+
+def test_keyed_uniform_is_uniform():
+    u = keyed_uniform(torch.arange(2000), 500, stream=1)
+    assert 0 < u.min() and u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.002 and abs(u.var().item() - 1 / 12) < 0.001
+    hist = torch.histc(u, bins=20, min=0, max=1) / u.numel()
+    assert (hist - 0.05).abs().max() < 0.002
+    # neighbouring keys and counters are uncorrelated
+    assert abs(torch.corrcoef(torch.stack([u[:-1].flatten(), u[1:].flatten()]))[0, 1]) < 0.01
+
+
+@pytest.mark.parametrize("sampler", ["inverse_cdf", "gumbel"])
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_samples_follow_softmax_over_temperature(sampler, temperature):
+    V, draws = 8, 20000
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, 1.5, 0.2])
+    target = torch.softmax(logits / temperature, -1)
+    s = sample_replacements(
+        logits.expand(draws, 1, V), torch.zeros(draws, 1, dtype=torch.long), torch.arange(draws),
+        temperature=temperature, sampler=sampler,
+    )  # fmt: skip
+    freq = torch.bincount(s.flatten(), minlength=V).float() / draws
+    chi2 = (draws * (freq - target) ** 2 / target).sum().item()
+    assert chi2 < 24.3  # chi-square, 7 dof, p = 0.001
+
+
+def test_temperature_changes_the_distribution_and_disallow_correct():
+    V, draws = 8, 20000
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, 1.5, 0.2]).expand(draws, 1, V)
+    keys, targets = torch.arange(draws), torch.zeros(draws, 1, dtype=torch.long)
+    hot = (sample_replacements(logits, targets, keys, temperature=1.0) == 0).float().mean()
+    cold = (sample_replacements(logits, targets, keys, temperature=0.25) == 0).float().mean()
+    assert cold > hot + 0.2  # a lower temperature concentrates on the argmax
+    never = sample_replacements(logits, targets, keys, disallow_correct=True)
+    assert not (never == 0).any()
