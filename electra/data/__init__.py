@@ -14,6 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from electra.config import DataConfig
+
 
 @dataclass(frozen=True)
 class TokenizerInfo:
@@ -50,3 +52,25 @@ class PretrainingData:
     train: ExampleSource
     eval: ExampleSource
     tokens: TokenizerInfo
+
+
+def open_pretraining_data(cfg: DataConfig, seed: int) -> PretrainingData:
+    """Train and eval sources for a run: the prepared folder `cfg.path`, or the built-in synthetic corpus.
+
+    The train and eval sources draw from disjoint documents (a fixed `cfg.eval_fraction` of them held out).
+    `tokens.path` is a folder holding the tokenizer.json the data was made with.
+    """
+    from electra.data.builders import build_sources
+
+    if cfg.path is None:
+        from electra.data.synthetic import synthetic_corpus, synthetic_tokenizer_info
+
+        corpus, tokens = synthetic_corpus(), synthetic_tokenizer_info()
+    else:
+        from electra.data.corpus import open_corpus
+        from electra.data.tokenizer import tokenizer_info
+
+        corpus, _ = open_corpus(cfg.path)  # checks format version and that its tokenizer.json is the one used
+        tokens = tokenizer_info(cfg.path)
+    train, eval_ = build_sources(corpus, cfg.builder, cfg.seq_len, cfg.eval_fraction, seed, tokens)
+    return PretrainingData(train=train, eval=eval_, tokens=tokens)

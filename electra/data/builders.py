@@ -1,0 +1,229 @@
+"""Example builders: the `ExampleSource`s that turn a tokenized corpus into [CLS] ... [SEP] training examples.
+
+Both are pure functions of (seed, example id), which is what makes resume exact and DDP ranks disjoint (see
+electra/data/__init__.py). Global ids are cut into epochs of `epoch_size` draws; within an epoch, id -> draw goes
+through a keyed pseudo-random permutation (a Feistel network), so an epoch visits every draw exactly once, in an
+order that changes every epoch, with no state and no O(corpus) shuffle array.
+
+- `DynamicSource` (the study, RC): each draw is one document and a random window of it.
+- `StaticSource` (the original, OFF): a fixed set of examples packed from consecutive lines, [CLS] A [SEP] B [SEP].
+
+Batch assembly is numpy gathers on the (memory-mapped) token array: no per-token Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from electra.data import TokenizerInfo
+from electra.data.corpus import TokenCorpus
+
+# OFF build_pretraining_dataset.py::ExampleBuilder
+SINGLE_SEGMENT_PROB = 0.1  # "small chance to only have one segment as in classification tasks"
+SHORT_TARGET_PROB = 0.05  # "small chance for random-length instead of max_length-length example"
+SHORT_TARGET_MIN = 5  # random.randint(5, max_length)
+EXTRA_LINE_PROB = 0.5  # a line that would overfill segment A still goes to A half the time
+
+_M64 = (1 << 64) - 1
+_GOLD, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+STREAM_ORDER, STREAM_OFFSET = 1, 2
+_ROUNDS = [np.uint64((r * 0x9E3779B97F4A7C15) & _M64) for r in range(4)]  # Feistel round constants
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """A 64-bit integer hash with full avalanche (SplitMix64's finalizer); uint64 arithmetic wraps by design."""
+    x = x + _GOLD
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def keyed_hash(seed: int, values: np.ndarray, stream: int) -> np.ndarray:
+    """(n,) uint64 hashes of integer `values`, a pure function of (seed, stream, value)."""
+    key = _splitmix64(np.array([(seed * 0x100000001B3 + stream) & _M64], dtype=np.uint64))
+    return _splitmix64(np.asarray(values).astype(np.uint64) ^ key)
+
+
+def keyed_permutation(index: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
+    """Apply a pseudo-random bijection of [0, n), chosen by each element's key, to `index` (values in [0, n)).
+
+    A 4-round Feistel network on the smallest even number of bits covering n; values that land outside [0, n)
+    are encrypted again ("cycle walking"), which keeps it a bijection of [0, n).
+    """
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    shift = np.uint64(half)
+    x = np.asarray(index).astype(np.uint64)
+    keys = np.broadcast_to(np.asarray(keys, dtype=np.uint64), x.shape)
+    todo = np.arange(len(x))
+    while todo.size:
+        v, k = x[todo], keys[todo]
+        left, right = v >> shift, v & mask
+        for r in _ROUNDS:
+            f = _splitmix64(right ^ (k + r)) & mask
+            left, right = right, left ^ f
+        x[todo] = (left << shift) | right
+        todo = todo[x[todo] >= n]
+    return x.astype(np.int64)
+
+
+def _uniform(h: np.ndarray) -> np.ndarray:
+    """uint64 hashes -> float64 uniforms in [0, 1) from their top 53 bits."""
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def assemble(
+    tokens: np.ndarray, start: np.ndarray, a_len: np.ndarray, b_len: np.ndarray, seq_len: int, tok: TokenizerInfo
+) -> dict[str, np.ndarray]:
+    """Build [CLS] A [SEP] (B [SEP]) [PAD]... rows where A = tokens[start : start + a_len] and B follows A directly.
+
+    `b_len == 0` gives a single segment. Requires a_len + b_len + 2 + (b_len > 0) <= seq_len.
+    """
+    n = len(start)
+    has_b = b_len > 0
+    cols = np.arange(seq_len)[None, :]  # (1, T)
+    a_len, b_len, start = a_len[:, None], b_len[:, None], start[:, None]  # (n, 1)
+    # B follows A in the corpus, so the text token at column j is tokens[start + j - 1] in A and
+    # tokens[start + j - 2] in B (one [SEP] further right).
+    in_a = (cols >= 1) & (cols <= a_len)
+    in_b = (cols >= a_len + 2) & (cols < a_len + 2 + b_len)
+    src = start + cols - np.where(in_a, 1, 2)  # (n, T)
+    text = in_a | in_b
+    src = np.where(text, src, 0)
+    input_ids = np.where(text, tokens[src.ravel()].reshape(n, seq_len).astype(np.int64), tok.pad_id)
+    sep = (cols == a_len + 1) | (has_b[:, None] & (cols == a_len + 2 + b_len))
+    input_ids = np.where(sep, tok.sep_id, input_ids)
+    input_ids[:, 0] = tok.cls_id
+    total = a_len + b_len + 2 + has_b[:, None]  # (n, 1) real tokens incl. specials
+    attention_mask = (cols < total).astype(np.int64)
+    token_type_ids = ((cols >= a_len + 2) & (cols < total)).astype(np.int64)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+
+
+class DynamicSource:
+    """The study's dynamic segmentation: every draw is one document and a random window of `seq_len - 2` tokens.
+
+    Which document: an epoch holds ceil(len / (seq_len - 2)) draws of each document, so documents are drawn in
+    proportion to their length (one epoch ~ one pass over the tokens) and a long document is not under-sampled
+    the way "one draw per document per epoch" would under-sample it. The order within an epoch is a keyed
+    permutation of those draws.
+
+    Which window: the start is uniform over every window that overlaps the document, including those hanging
+    off either end, then shifted inside it. A plain uniform start in [0, len - window] would show the first and
+    last tokens of a document ~window times less often than the middle; this way every token is covered with
+    probability >= window / (len + window - 1) per draw, so over training every part of every document is seen.
+
+    Short documents (fewer tokens than a window) are padded, not packed: each row is one document, so no
+    attention crosses documents and an example depends on one document only. The cost is padding, which is small
+    for the corpora of the study (OpenWebText, Wikipedia: documents average well over 128 tokens; measured in
+    docs/data.md) and [PAD] positions are masked out of the losses anyway.
+    """
+
+    def __init__(self, corpus: TokenCorpus, doc_ids: np.ndarray, seq_len: int, seed: int, tok: TokenizerInfo):
+        if seq_len < 3:
+            raise ValueError(f"data.seq_len must be at least 3 ([CLS] x [SEP]), got {seq_len}")
+        self.corpus, self.seq_len, self.seed, self.tok = corpus, seq_len, seed, tok
+        self.window = seq_len - 2
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.doc_start = corpus.doc_offsets[self.doc_ids]
+        self.doc_len = corpus.doc_offsets[self.doc_ids + 1] - self.doc_start
+        draws_per_doc = np.maximum(1, -(-self.doc_len // self.window))
+        self._draw_ends = np.cumsum(draws_per_doc)  # (D,) draw j belongs to the first doc with end > j
+        self.epoch_size = int(self._draw_ends[-1])
+
+    def draws(self, example_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(doc, start, length) of each example: an index into `doc_ids`, the window start within that document,
+        and the window length (< window only for a short document)."""
+        ids = np.asarray(example_ids, dtype=np.int64)
+        epoch, pos = np.divmod(ids, self.epoch_size)
+        draw = keyed_permutation(pos, self.epoch_size, keyed_hash(self.seed, epoch, STREAM_ORDER))
+        doc = np.searchsorted(self._draw_ends, draw, side="right")
+        length = np.minimum(self.doc_len[doc], self.window)
+        # uniform over the len + window - 1 overlapping windows, then shifted inside the document
+        overlapping = self.doc_len[doc] + self.window - 1
+        s = (_uniform(keyed_hash(self.seed, ids, STREAM_OFFSET)) * overlapping).astype(np.int64) - (self.window - 1)
+        start = np.clip(s, 0, self.doc_len[doc] - length)
+        return doc, start, length
+
+    def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
+        doc, start, length = self.draws(example_ids)
+        return assemble(self.corpus.tokens, self.doc_start[doc] + start, length, np.zeros_like(length),
+                        self.seq_len, self.tok)  # fmt: skip
+
+
+def static_plan(
+    corpus: TokenCorpus, doc_ids: np.ndarray, seq_len: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OFF's offline example building as arrays (start, a_len, b_len), one entry per example, in document order.
+
+    Follows OFF's ExampleBuilder: lines accumulate to the target length (5% of examples: a random target in
+    [5, seq_len]); 10% are single-segment; otherwise segment A takes lines while it stays under half the target,
+    plus, half of the time, the line that would overfill it; B takes the rest. Two deliberate differences:
+    - OFF truncates what overfills an example and drops it; here the overflow starts the next example instead,
+      so every token of the corpus is in exactly one example (SPEC: "the whole corpus is covered").
+    - OFF can put a later short line back into A after B has started, so A is not contiguous text; here A is
+      always a prefix of the example's lines.
+    Examples never cross documents. Vectorised over documents: one numpy step per example position within a
+    document, so building is O(examples) numpy work, not a Python loop over lines.
+    """
+    rng = np.random.default_rng([seed, 0x57A71C])
+    lines = corpus.line_offsets
+    pos = corpus.doc_offsets[doc_ids].astype(np.int64)
+    end = corpus.doc_offsets[np.asarray(doc_ids) + 1].astype(np.int64)
+    starts, a_lens, b_lens = [], [], []
+    active = np.flatnonzero(pos < end)
+    while active.size:
+        p, e_doc, m = pos[active], end[active], active.size
+        target = np.where(rng.random(m) < SHORT_TARGET_PROB, rng.integers(SHORT_TARGET_MIN, seq_len + 1, m), seq_len)
+        single = rng.random(m) < SINGLE_SEGMENT_PROB
+        extra_line = rng.random(m) < EXTRA_LINE_PROB
+        e = np.minimum(p + target - 3, e_doc)  # room for [CLS] A [SEP] B [SEP]
+        first_target = np.where(single, seq_len, (target - 3) // 2)  # single: A takes everything
+        # A ends at a line boundary: at least the first line, then every line that keeps it under first_target
+        k = np.maximum(np.searchsorted(lines, p, "right"), np.searchsorted(lines, p + first_target, "left") - 1)
+        k = np.minimum(k + (extra_line & (lines[k] - p < first_target)), len(lines) - 1)
+        a_end = np.minimum(lines[k], e)
+        no_b = single | (a_end >= e)
+        e = np.where(no_b, np.minimum(p + target - 2, e_doc), e)  # one [SEP] fewer: one more text token
+        a_end = np.where(no_b, e, a_end)
+        starts.append(p)
+        a_lens.append(a_end - p)
+        b_lens.append(e - a_end)
+        pos[active] = e
+        active = active[e < e_doc]
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+    return cat(starts, np.int64), cat(a_lens, np.int32), cat(b_lens, np.int32)
+
+
+class StaticSource:
+    """OFF's static examples (see `static_plan`), built once from the seed and visited in a new order each epoch."""
+
+    def __init__(self, corpus: TokenCorpus, doc_ids: np.ndarray, seq_len: int, seed: int, tok: TokenizerInfo):
+        if seq_len < 5:
+            raise ValueError(f"data.seq_len must be at least 5 for the static builder, got {seq_len}")
+        self.corpus, self.seq_len, self.seed, self.tok = corpus, seq_len, seed, tok
+        self.start, self.a_len, self.b_len = static_plan(corpus, np.asarray(doc_ids, dtype=np.int64), seq_len, seed)
+        self.epoch_size = len(self.start)
+
+    def plan_index(self, example_ids: np.ndarray) -> np.ndarray:
+        """Which planned example each id is (an index into start/a_len/b_len)."""
+        epoch, pos = np.divmod(np.asarray(example_ids, dtype=np.int64), self.epoch_size)
+        return keyed_permutation(pos, self.epoch_size, keyed_hash(self.seed, epoch, STREAM_ORDER))
+
+    def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
+        i = self.plan_index(example_ids)
+        return assemble(self.corpus.tokens, self.start[i], self.a_len[i], self.b_len[i], self.seq_len, self.tok)
+
+
+def build_sources(
+    corpus: TokenCorpus, builder: str, seq_len: int, eval_fraction: float, seed: int, tok: TokenizerInfo
+) -> tuple[DynamicSource | StaticSource, DynamicSource | StaticSource]:
+    """(train, eval) sources over a held-out split of the documents."""
+    from electra.data.corpus import split_documents
+
+    classes = {"dynamic": DynamicSource, "static": StaticSource}
+    if builder not in classes:
+        raise ValueError(f"data.builder must be one of {sorted(classes)}, got {builder!r}")
+    train_docs, eval_docs = split_documents(corpus.num_documents, eval_fraction)
+    cls = classes[builder]
+    return cls(corpus, train_docs, seq_len, seed, tok), cls(corpus, eval_docs, seq_len, seed + 1, tok)

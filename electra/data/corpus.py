@@ -1,0 +1,116 @@
+"""A tokenized corpus in memory or on disk: one flat token array plus document and line offsets.
+
+The on-disk form is what `electra data prepare` writes (see prepare.py); the built-in synthetic corpus builds the
+same object in memory, so both go through the same example builders.
+
+    DIR/tokens.bin       all tokens, documents back to back, uint16 (vocab <= 65536) or uint32, memory-mapped
+    DIR/documents.npy    (num_documents + 1,) int64 token offsets: document d is tokens[doc[d]:doc[d+1]]
+    DIR/lines.npy        (num_lines + 1,) int64 token offsets of the input lines ("sentences" for the static
+                         builder); every document offset is also a line offset
+    DIR/tokenizer.json   a copy of the tokenizer, so a prepared folder is self-contained
+    DIR/metadata.json    counts, dtype, format version, tokenizer hash, source fingerprint
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+"""Bumped whenever the files above change meaning; an older folder must be prepared again."""
+TOKENS_FILE, DOCS_FILE, LINES_FILE, META_FILE, TOKENIZER_FILE = (
+    "tokens.bin", "documents.npy", "lines.npy", "metadata.json", "tokenizer.json",
+)  # fmt: skip
+EVAL_SPLIT_SEED = 0x5EED
+"""The held-out documents depend only on the corpus, not on the run seed, so runs with different seeds are
+evaluated on the same documents."""
+
+
+@dataclass(frozen=True)
+class TokenCorpus:
+    tokens: np.ndarray
+    """(num_tokens,) uint16 or uint32 token ids, usually a read-only memory map."""
+    doc_offsets: np.ndarray
+    """(num_documents + 1,) int64 offsets into `tokens`."""
+    line_offsets: np.ndarray
+    """(num_lines + 1,) int64 offsets into `tokens`; a superset of `doc_offsets`."""
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.doc_offsets) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.doc_offsets[-1])
+
+    def doc_lengths(self) -> np.ndarray:
+        return np.diff(self.doc_offsets)
+
+    def document(self, d: int) -> np.ndarray:
+        return np.asarray(self.tokens[self.doc_offsets[d] : self.doc_offsets[d + 1]])
+
+
+def split_documents(num_documents: int, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(train_doc_ids, eval_doc_ids), sorted: a fixed random `eval_fraction` of the documents is held out.
+
+    At least one document goes to each side when there are two or more, so evaluation always has data.
+    """
+    if not 0 <= eval_fraction < 1:
+        raise ValueError(f"data.eval_fraction must be in [0, 1), got {eval_fraction}")
+    if num_documents == 0:
+        raise ValueError("the corpus has no documents")
+    n_eval = int(round(num_documents * eval_fraction))
+    if num_documents >= 2:
+        n_eval = min(max(n_eval, 1), num_documents - 1)
+    order = np.random.default_rng(EVAL_SPLIT_SEED).permutation(num_documents)
+    eval_ids = np.sort(order[:n_eval])
+    train_ids = np.sort(order[n_eval:]) if n_eval < num_documents else eval_ids
+    return train_ids.astype(np.int64), eval_ids.astype(np.int64)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_metadata(folder: Path) -> dict:
+    path = Path(folder) / META_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not a prepared corpus (no {META_FILE}; run `electra data prepare`)")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: unreadable metadata: {err}") from err
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        found = meta.get("format_version") if isinstance(meta, dict) else None
+        raise ValueError(
+            f"{path}: prepared with format version {found}, this code reads version {FORMAT_VERSION}; "
+            "run `electra data prepare` again into a new folder"
+        )
+    return meta
+
+
+def open_corpus(folder: str | Path) -> tuple[TokenCorpus, dict]:
+    """Memory-map a prepared folder, checking that it is complete and matches its own metadata."""
+    folder = Path(folder)
+    meta = read_metadata(folder)
+    tok_path = folder / TOKENIZER_FILE
+    if not tok_path.exists():
+        raise FileNotFoundError(f"{tok_path}: missing; the prepared folder is incomplete")
+    if file_sha256(tok_path) != meta["tokenizer_sha256"]:
+        raise ValueError(f"{tok_path}: does not match the tokenizer hash in {META_FILE}; prepare the data again")
+    dtype = np.dtype(meta["dtype"])
+    tokens_path = folder / TOKENS_FILE
+    expected = meta["num_tokens"] * dtype.itemsize
+    if not tokens_path.exists() or tokens_path.stat().st_size != expected:
+        raise ValueError(f"{tokens_path}: expected {expected} bytes ({meta['num_tokens']} tokens); truncated?")
+    # An empty file cannot be memory-mapped; a corpus with no tokens is rejected at preparation anyway.
+    tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(meta["num_tokens"],))
+    docs = np.load(folder / DOCS_FILE, allow_pickle=False)  # allow_pickle=False: loading never runs code
+    lines = np.load(folder / LINES_FILE, allow_pickle=False)
+    if len(docs) != meta["num_documents"] + 1 or docs[-1] != meta["num_tokens"]:
+        raise ValueError(f"{folder / DOCS_FILE}: does not match {META_FILE} (num_documents, num_tokens)")
+    return TokenCorpus(tokens=tokens, doc_offsets=docs, line_offsets=lines), meta
