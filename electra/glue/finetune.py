@@ -1,0 +1,262 @@
+"""Fine-tune one pretrained model on one task with one seed: the single explicit training loop of GLUE.
+
+AdamW with layer-wise lr decay, 10% linear warmup then linear decay, gradient clipping, bf16 autocast on CUDA and
+fp32 on CPU; evaluation on dev at the end (optionally after every epoch) and test predictions on request.
+Returns the run's record; the sweep writes it (atomically) as the run's result file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from electra.checkpoint import load_discriminator, write_atomic
+from electra.config import ModelConfig
+from electra.glue import metrics as M
+from electra.glue.features import Features, collate, encode, eval_batches, train_batches
+from electra.glue.heads import GlueModel, build_model, export_hf
+from electra.glue.loading import TaskData, with_swapped_pairs
+from electra.glue.optim import lr_factor, make_optimizer, param_groups
+from electra.glue.tasks import TASKS, Task
+
+STSB_SCALE = 5.0  # OFF divides STS-B scores (0-5) by 5 to train on [0, 1]
+
+
+@dataclass
+class FinetuneConfig:
+    """Hyperparameters of one fine-tuning run. Defaults: the ELECTRA paper's for Small (SPEC §5)."""
+
+    head: str = "cls-linear"
+    """cls-linear (OFF), mean-mlp (RC) or hf (transformers; exports to ElectraForSequenceClassification)."""
+    lr: float = 3e-4
+    """Peak learning rate of the head (the paper; OFF's code default is 1e-4)."""
+    layer_decay: float = 0.8
+    depth_convention: str = "paper"
+    """paper, original (OFF's code) or study (RC): see optim.py."""
+    batch_size: int = 32
+    epochs: int | None = None
+    """None: the task's (3; 10 for RTE and STS-B)."""
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    """OFF 0.01; richarddwang's faithful reproduction used 0."""
+    decay_norm_and_bias: bool = False
+    """Apply weight decay to LayerNorm parameters and biases too (OFF excludes them)."""
+    grad_clip: float = 1.0
+    max_length: int = 128
+    stsb_scale: bool = True
+    """Train STS-B on scores / 5 (OFF); predictions are scaled back."""
+    swap_pairs: bool = False
+    """MRPC/STS-B: add each training pair with its sentences swapped (OFF's double_unordered)."""
+    max_steps: int | None = None
+    """Cap on optimizer steps per run (smoke runs); the schedule is fit to the capped length."""
+    eval_every_epoch: bool = False
+    eval_batch_size: int = 128
+    precision: str = "auto"
+    """auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16."""
+    predict_test: bool = False
+    save_model: bool = False
+
+
+@dataclass
+class Pretrained:
+    """The starting point, loaded once per process and copied into every run."""
+
+    path: str
+    cfg: ModelConfig
+    body_state: dict[str, Tensor]
+    tokenizer: Tokenizer
+    tokenizer_dir: Path | None
+
+
+def load_pretrained(path: str, tokenizer_dir: str | None = None) -> Pretrained:
+    from electra.data.tokenizer import load_tokenizer
+
+    body, cfg, found = load_discriminator(path)
+    tok_dir = Path(tokenizer_dir) if tokenizer_dir else found
+    if tok_dir is None:
+        raise FileNotFoundError(f"{path}: no tokenizer found beside the model; pass --tokenizer")
+    tokenizer = load_tokenizer(tok_dir)
+    if tokenizer.get_vocab_size() > cfg.vocab_size:
+        n = tokenizer.get_vocab_size()
+        raise ValueError(f"{tok_dir}: the tokenizer has {n} tokens, the model's vocabulary only {cfg.vocab_size}")
+    return Pretrained(str(path), cfg, body.state_dict(), tokenizer, tok_dir)
+
+
+@dataclass
+class Prepared:
+    """A task's splits tokenized once per process and shared by all its seeds."""
+
+    data: TaskData
+    train: Features
+    dev: dict[str, Features]
+    test: dict[str, Features]
+
+
+def prepare(data: TaskData, tokenizer: Tokenizer, cfg: FinetuneConfig) -> Prepared:
+    task = data.task
+    train = data.train
+    if cfg.swap_pairs and task.name in ("mrpc", "stsb"):
+        train = with_swapped_pairs(train)
+
+    def enc(examples):
+        return encode(examples, tokenizer, cfg.max_length, task.is_regression)
+
+    dev = {k: enc(v) for k, v in data.dev.items()}
+    return Prepared(data, enc(train), dev, {k: enc(v) for k, v in data.test.items()})
+
+
+def autocast_for(device: torch.device, precision: str):
+    if device.type == "cuda" and precision in ("auto", "bf16"):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def finetune(
+    prep: Prepared, pre: Pretrained, cfg: FinetuneConfig, seed: int, device: torch.device,
+    run_dir: Path, progress: bool = True,
+) -> dict:  # fmt: skip
+    task = prep.data.task
+    start = time.time()
+    scale = STSB_SCALE if task.name == "stsb" and cfg.stsb_scale else 1.0
+    model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed).to(device)
+    groups = param_groups(model, cfg.lr, cfg.layer_decay, pre.cfg.num_layers, cfg.depth_convention,
+                          cfg.weight_decay, cfg.decay_norm_and_bias)  # fmt: skip
+    optimizer = make_optimizer(groups)
+    epochs = cfg.epochs or task.epochs
+    n = len(prep.train)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total = epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, epochs * steps_per_epoch)
+    warmup = int(cfg.warmup_fraction * total)
+    gen = torch.Generator().manual_seed(seed)  # data order: a function of the seed only
+    amp = autocast_for(device, cfg.precision)
+
+    history, losses = [], []
+    bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, dynamic_ncols=True)
+    step = 0
+    for epoch in range(epochs):
+        if step >= total:
+            break
+        model.train()
+        for idx in train_batches(n, cfg.batch_size, gen):
+            if step >= total:
+                break
+            batch = {k: v.to(device, non_blocking=True) for k, v in collate(prep.train, idx).items()}
+            factor = lr_factor(step, total, warmup)
+            for group in optimizer.param_groups:
+                group["lr"] = group["base_lr"] * factor
+            with amp:
+                out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, n)
+            if task.is_regression:
+                loss = F.mse_loss(out.float().squeeze(-1), batch["labels"] / scale)
+            else:
+                loss = F.cross_entropy(out.float(), batch["labels"])
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{task.name} seed {seed}: loss is {loss.item()} at step {step}")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            step += 1
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}", lr=f"{cfg.lr * factor:.2e}")
+        if cfg.eval_every_epoch:
+            history.append({"epoch": epoch + 1, "step": step, "metrics": evaluate(model, prep, cfg, device, scale)[0]})
+    bar.close()
+
+    scores, extra, check = evaluate(model, prep, cfg, device, scale)
+    record = {
+        "task": task.name, "seed": seed, "metrics": scores, "extra_metrics": extra,
+        "n_train": prep.data.n_train, "n_eval": prep.data.n_eval,
+        "n_eval_splits": {k: len(v) for k, v in prep.data.dev.items()},
+        "steps": step, "epochs": epochs, "warmup_steps": warmup,
+        "loss_start": float(np.mean(losses[:10])) if losses else None,
+        "loss_end": float(np.mean(losses[-10:])) if losses else None,
+        "chance": dataclasses.asdict(check), "history": history,
+        "seconds": round(time.time() - start, 2), "device": str(device),
+        "test_predictions": write_predictions(model, prep, cfg, device, scale, run_dir) if cfg.predict_test else {},
+    }  # fmt: skip
+    if cfg.save_model:
+        save_finetuned(model, task, pre, run_dir / "model")
+    return record
+
+
+@torch.no_grad()
+def predict(model: GlueModel, feats: Features, cfg: FinetuneConfig, device: torch.device) -> np.ndarray:
+    """(N, n_outputs) float32 model outputs in the original example order."""
+    model.eval()
+    out = np.zeros((len(feats), model.classifier.out_proj.out_features), dtype=np.float32)
+    for idx in eval_batches(feats, cfg.eval_batch_size):
+        batch = collate(feats, idx)
+        with autocast_for(device, cfg.precision):
+            y = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")))
+        out[idx] = y.float().cpu().numpy()
+    return out
+
+
+def decide(outputs: np.ndarray, regression: bool, scale: float) -> np.ndarray:
+    """Outputs -> predicted label ids (argmax), or scores in the task's own scale."""
+    return outputs[:, 0] * scale if regression else outputs.argmax(-1)
+
+
+def evaluate(model, prep: Prepared, cfg: FinetuneConfig, device, scale: float):
+    """Dev metrics (0-100), MNLI's merged m+mm accuracy (the study's number), and the chance check."""
+    task = prep.data.task
+    scores, preds, golds = {}, [], []
+    for suffix, feats in prep.dev.items():
+        pred = decide(predict(model, feats, cfg, device), task.is_regression, scale)
+        scores.update(M.compute(task.metrics, pred, feats.labels, suffix))
+        preds.append(pred)
+        golds.append(feats.labels)
+    extra = {}
+    if len(preds) > 1:
+        extra = M.compute(task.metrics, np.concatenate(preds), np.concatenate(golds), "_merged")
+    check = M.chance_check(preds[0], golds[0], prep.train.labels, task.is_regression, task.main_metric)
+    return scores, extra, check
+
+
+def write_predictions(model, prep: Prepared, cfg: FinetuneConfig, device, scale: float, run_dir: Path) -> dict:
+    """`index<TAB>prediction` files in the GLUE server format (label strings; STS-B scores in [0, 5])."""
+    task = prep.data.task
+    written = {}
+    for name, feats in prep.test.items():
+        owner = TASKS["ax"] if name == "AX.tsv" else task  # AX is predicted by the MNLI model, MNLI's labels
+        pred = decide(predict(model, feats, cfg, device), task.is_regression, scale)
+        if task.is_regression:
+            lo, hi = (0.0, 5.0) if task.name == "stsb" else (-np.inf, np.inf)
+            values = [f"{v:.3f}" for v in np.clip(pred, lo, hi)]
+        else:
+            values = [owner.labels[i] for i in pred]
+        index = [e.index for e in prep.data.test[name]]
+        lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(index, values, strict=True)]
+        file = run_dir / f"test_{name}"
+        write_atomic(file, "\n".join(lines) + "\n")
+        written[name] = file.name
+    return written
+
+
+def save_finetuned(model: GlueModel, task: Task, pre: Pretrained, out: Path) -> None:
+    if model.head_name == "hf":
+        export_hf(model, task, out, pre.tokenizer_dir)
+        return
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, out / "model.safetensors")
+    meta = {"task": task.name, "head": model.head_name, "labels": task.labels, "model": dataclasses.asdict(pre.cfg)}
+    write_atomic(out / "glue_model.json", json.dumps(meta, indent=1))

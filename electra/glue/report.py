@@ -1,0 +1,183 @@
+"""The report of a sweep: per-task statistics over seeds and the three aggregate scores (SPEC §7).
+
+    results.json  the stable interface: {"tasks": {TASK: {"n_train", "n_eval", "metrics": {METRIC: {"median",
+                  "mean", "std", "min", "max", "n"}}}}, "scores": {"paper", "glue", "study"}, "missing": [...]}
+    results.csv   one row per (task, metric), then the aggregates
+    results.md    the same for people, with what each aggregate includes and the chance-level warnings
+
+Aggregates use each task's median over seeds (OFF reports medians). A required task without results makes the
+score null and is listed in "missing": never averaged over silently. Custom tasks are never part of them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from electra.checkpoint import write_atomic
+from electra.glue.tasks import GLUE_TASKS
+
+# style -> (task, metrics averaged into that task's number), in order
+AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    # ELECTRA paper / OFF README: 8 numbers, no WNLI, MNLI matched only
+    "paper": (("cola", ("mcc",)), ("sst2", ("accuracy",)), ("mrpc", ("accuracy",)), ("stsb", ("spearman",)),
+              ("qqp", ("accuracy",)), ("mnli", ("accuracy_m",)), ("qnli", ("accuracy",)), ("rte", ("accuracy",))),
+    # Wang et al. 2018: two-metric tasks averaged first, then the 9 tasks including WNLI
+    "glue": (("cola", ("mcc",)), ("sst2", ("accuracy",)), ("mrpc", ("f1", "accuracy")),
+             ("stsb", ("pearson", "spearman")), ("qqp", ("f1", "accuracy")), ("mnli", ("accuracy_m", "accuracy_mm")),
+             ("qnli", ("accuracy",)), ("rte", ("accuracy",)), ("wnli", ("accuracy",))),
+    # RC's "GLUE score": 9 single metrics including WNLI, MNLI matched + mismatched merged into one accuracy
+    "study": (("cola", ("mcc",)), ("sst2", ("accuracy",)), ("mrpc", ("accuracy",)), ("stsb", ("spearman",)),
+              ("qqp", ("accuracy",)), ("mnli", ("accuracy_merged",)), ("qnli", ("accuracy",)),
+              ("rte", ("accuracy",)), ("wnli", ("accuracy",))),
+}  # fmt: skip
+
+AGGREGATE_HELP = {
+    "paper": "mean of CoLA MCC, SST-2 acc, MRPC acc, STS-B Spearman, QQP acc, MNLI-m acc, QNLI acc, RTE acc (no WNLI)",
+    "glue": "GLUE benchmark: MRPC/QQP (F1+acc)/2, STS-B (Pearson+Spearman)/2, MNLI (m+mm)/2, then the 9-task mean "
+    "with WNLI",
+    "study": "RC's score: the paper's 8 metrics with MNLI m+mm merged into one accuracy, plus WNLI acc (9 tasks)",
+}
+
+
+@dataclass
+class Aggregate:
+    score: float | None
+    parts: dict[str, float]
+    """Each present task's number (its metrics averaged)."""
+    missing: list[str]
+
+
+def aggregate(values: dict[str, dict[str, float]], style: str) -> Aggregate:
+    """`values[task][metric]` (0-100) -> the aggregate score, or None when a required task or metric is absent."""
+    parts, missing = {}, []
+    for task, names in AGGREGATES[style]:
+        got = values.get(task, {})
+        if all(m in got and got[m] is not None for m in names):
+            parts[task] = float(np.mean([got[m] for m in names]))
+        else:
+            missing.append(task)
+    score = None if missing else float(np.mean(list(parts.values())))
+    return Aggregate(score, parts, missing)
+
+
+def stats(values: list[float]) -> dict[str, float | int]:
+    v = np.asarray(values, dtype=np.float64)
+    return {
+        "median": float(np.median(v)), "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,  # sample std over seeds; 0 for a single seed
+        "min": float(v.min()), "max": float(v.max()), "n": len(v),
+    }  # fmt: skip
+
+
+def summarize(records: list[dict]) -> dict:
+    """Finished run records -> the results.json object (plus private keys starting with _ for the other files)."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r["task"], r["seed"])):
+        by_task[r["task"]].append(r)
+    order = [t for t in GLUE_TASKS if t in by_task] + sorted(t for t in by_task if t not in GLUE_TASKS)
+    tasks, medians = {}, {}
+    for name in order:
+        runs = by_task[name]
+        metric_names = list(runs[0]["metrics"])
+        tasks[name] = {
+            "n_train": runs[0]["n_train"], "n_eval": runs[0]["n_eval"],
+            "metrics": {m: stats([r["metrics"][m] for r in runs]) for m in metric_names},
+        }  # fmt: skip
+        medians[name] = {m: s["median"] for m, s in tasks[name]["metrics"].items()}
+        for extra in runs[0].get("extra_metrics", {}):  # MNLI's merged accuracy, for the study score
+            medians[name][extra] = float(np.median([r["extra_metrics"][extra] for r in runs]))
+    glue_values = {t: v for t, v in medians.items() if t in GLUE_TASKS}
+    aggregates = {style: aggregate(glue_values, style) for style in AGGREGATES}
+    return {
+        "tasks": tasks,
+        "scores": {style: a.score for style, a in aggregates.items()},
+        "missing": [t for t in GLUE_TASKS if t not in tasks],
+        "_aggregates": aggregates,
+        "_runs": by_task,
+    }
+
+
+def chance_lines(by_task: dict[str, list[dict]]) -> list[str]:
+    lines = []
+    for task, runs in by_task.items():
+        flagged = [r for r in runs if r["chance"]["at_chance"]]
+        if flagged:
+            c = flagged[0]["chance"]
+            value = np.median([r["chance"]["value"] for r in flagged])
+            constant = "; some predict one class only" if any(r["chance"]["constant"] for r in flagged) else ""
+            lines.append(
+                f"{task}: {len(flagged)} of {len(runs)} seeds at chance level ({c['metric']} {value:.1f} vs. "
+                f"baseline {c['baseline']:.1f} + noise {c['margin']:.1f}{constant})"
+            )
+    return lines
+
+
+def write_report(out: Path, records: list[dict], failed: list[dict], header: dict) -> dict:
+    """Write results.json / .csv / .md into `out` (each atomically); returns the results.json object."""
+    summary = summarize(records)
+    public = {k: v for k, v in summary.items() if not k.startswith("_")}
+    write_atomic(out / "results.json", json.dumps(public, indent=2) + "\n")
+    write_atomic(out / "results.csv", _csv(summary))
+    write_atomic(out / "results.md", _markdown(summary, failed, header))
+    return public
+
+
+def _csv(summary: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["task", "metric", "n", "median", "mean", "std", "min", "max", "n_train", "n_eval", "seeds_at_chance"])
+    for task, entry in summary["tasks"].items():
+        at_chance = sum(r["chance"]["at_chance"] for r in summary["_runs"][task])
+        for metric, s in entry["metrics"].items():
+            row = [s["n"]] + [f"{s[k]:.4f}" for k in ("median", "mean", "std", "min", "max")]
+            w.writerow([task, metric, *row, entry["n_train"], entry["n_eval"], at_chance])
+    for style, agg in summary["_aggregates"].items():
+        score = "" if agg.score is None else f"{agg.score:.4f}"
+        w.writerow(["aggregate", style, "", score, "", "", "", "", "", "", ""])
+    return buf.getvalue()
+
+
+def _markdown(summary: dict, failed: list[dict], header: dict) -> str:
+    lines = [f"# GLUE dev results: {header.get('model', '')}", ""]
+    lines += [
+        "Scores on a 0-100 scale. Per task and metric: the median over fine-tuning seeds from one pretrained model,",
+        "then mean ± sample std, min-max and the number of seeds.", "",
+        "| task | metric | median | mean ± std | min–max | seeds | train rows | dev rows | seeds at chance |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for task, entry in summary["tasks"].items():
+        at_chance = sum(r["chance"]["at_chance"] for r in summary["_runs"][task])
+        for metric, s in entry["metrics"].items():
+            lines.append(
+                f"| {task} | {metric} | {s['median']:.2f} | {s['mean']:.2f} ± {s['std']:.2f} | "
+                f"{s['min']:.2f}–{s['max']:.2f} | {s['n']} | {entry['n_train']} | {entry['n_eval']} | {at_chance} |"
+            )
+    lines += ["", "## Aggregate scores (from the per-task medians)", ""]
+    for style, agg in summary["_aggregates"].items():
+        value = f"**{agg.score:.2f}**" if agg.score is not None else f"n/a (missing: {', '.join(agg.missing)})"
+        lines.append(f"- `{style}`: {value}. {AGGREGATE_HELP[style]}.")
+    if summary["missing"]:
+        lines += ["", f"Tasks without results: {', '.join(summary['missing'])}."]
+    warnings = chance_lines(summary["_runs"])
+    lines += ["", "## Sanity checks", ""]
+    if warnings:
+        lines += [
+            "A run is *at chance* when its dev score is within two standard errors of what a model that ignores",
+            "its input gets (the training set's majority class; 0 for MCC and correlations). Such a number says",
+            "nothing about the pretrained model except that fine-tuning did not get off the ground.", "",
+        ]  # fmt: skip
+        lines += [f"- WARNING {w}" for w in warnings]
+    else:
+        lines.append("- No run is at chance level.")
+    if failed:
+        lines += ["", "## Failed runs (retried on the next invocation)", ""]
+        lines += [f"- {f['task']} seed {f['seed']}: {f['error']}" for f in failed]
+    lines += ["", "## Configuration", "", "```json", json.dumps(header, indent=1), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,245 @@
+"""The task registry: the nine GLUE tasks, the AX diagnostic set, and custom tasks described by a `task.json`.
+
+A task says where its text and labels are (column names in the original GLUE TSV header, SPEC §6, and field names
+in the HF hub dataset `nyu-mll/glue`), its label strings in id order, its metrics and its epochs (SPEC §5).
+Label ids follow the hub's order, so both sources give the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+METRICS = ("mcc", "accuracy", "f1", "pearson", "spearman")
+
+NLI3 = ("entailment", "neutral", "contradiction")  # hub order (OFF orders them differently; ids are ours)
+NLI2 = ("entailment", "not_entailment")
+BINARY = ("0", "1")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One file of a task: where it is in the GLUE folder and in the hub dataset."""
+
+    file: str
+    """Path relative to the task folder."""
+    hub: str
+    """Split name in the hub dataset."""
+    suffix: str = ""
+    """Appended to metric names (MNLI: `_m`, `_mm`)."""
+    submission: str | None = None
+    """GLUE server file name of the predictions on this (test) split."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    """Key in results.json: cola sst2 mrpc stsb qqp mnli qnli rte wnli ax, or a custom task's name."""
+    folder: str
+    """Folder under --glue-dir (CoLA, SST-2, ...); for a custom task the absolute folder."""
+    text_a: str
+    """Column names in the TSV header."""
+    text_b: str | None
+    label: str | None
+    labels: tuple[str, ...] | None
+    """Label strings in id order; None for regression."""
+    metrics: tuple[str, ...]
+    main_metric: str
+    """Names the run in the summary line and picks the seed whose test predictions are submitted."""
+    epochs: int
+    train: Split | None = Split("train.tsv", "train")
+    dev: tuple[Split, ...] = (Split("dev.tsv", "validation"),)
+    test: tuple[Split, ...] = ()
+    headerless: tuple[str, ...] | None = None
+    """CoLA's train/dev files have no header row: the names of their columns."""
+    hub_config: str | None = None
+    hub_fields: tuple[str, str | None] = ("sentence1", "sentence2")
+    hub_labels: tuple[str, ...] | None = None
+    """The hub's ClassLabel names, checked when loading (their order is our id order)."""
+    also_predict: tuple[str, ...] = ()
+    """Test sets of other tasks predicted by this task's model (MNLI predicts AX)."""
+    glue: bool = True
+    """False for custom tasks: never part of the GLUE aggregates."""
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_outputs(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The names in results.json: metric + split suffix (MNLI: accuracy_m, accuracy_mm)."""
+        return [m + s.suffix for s in self.dev for m in self.metrics]
+
+
+def _glue_test(name: str) -> tuple[Split, ...]:
+    return (Split("test.tsv", "test", submission=f"{name}.tsv"),)
+
+
+# Epochs: 3, and 10 for RTE and STS-B (ELECTRA paper, appendix; OFF configure_finetuning.py).
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in [
+        Task("cola", "CoLA", "sentence", None, "label", BINARY, ("mcc",), "mcc", 3,
+             test=_glue_test("CoLA"), headerless=("source", "label", "original_label", "sentence"),
+             hub_config="cola", hub_fields=("sentence", None), hub_labels=("unacceptable", "acceptable")),
+        Task("sst2", "SST-2", "sentence", None, "label", BINARY, ("accuracy",), "accuracy", 3,
+             test=_glue_test("SST-2"), hub_config="sst2", hub_fields=("sentence", None),
+             hub_labels=("negative", "positive")),
+        Task("mrpc", "MRPC", "#1 String", "#2 String", "Quality", BINARY, ("f1", "accuracy"), "accuracy", 3,
+             test=_glue_test("MRPC"), hub_config="mrpc", hub_labels=("not_equivalent", "equivalent")),
+        Task("stsb", "STS-B", "sentence1", "sentence2", "score", None, ("pearson", "spearman"), "spearman", 10,
+             test=_glue_test("STS-B"), hub_config="stsb"),
+        Task("qqp", "QQP", "question1", "question2", "is_duplicate", BINARY, ("f1", "accuracy"), "accuracy", 3,
+             test=_glue_test("QQP"), hub_config="qqp", hub_fields=("question1", "question2"),
+             hub_labels=("not_duplicate", "duplicate")),
+        Task("mnli", "MNLI", "sentence1", "sentence2", "gold_label", NLI3, ("accuracy",), "accuracy_m", 3,
+             dev=(Split("dev_matched.tsv", "validation_matched", "_m"),
+                  Split("dev_mismatched.tsv", "validation_mismatched", "_mm")),
+             test=(Split("test_matched.tsv", "test_matched", submission="MNLI-m.tsv"),
+                   Split("test_mismatched.tsv", "test_mismatched", submission="MNLI-mm.tsv")),
+             hub_config="mnli", hub_fields=("premise", "hypothesis"), hub_labels=NLI3, also_predict=("ax",)),
+        Task("qnli", "QNLI", "question", "sentence", "label", NLI2, ("accuracy",), "accuracy", 3,
+             test=_glue_test("QNLI"), hub_config="qnli", hub_fields=("question", "sentence"), hub_labels=NLI2),
+        Task("rte", "RTE", "sentence1", "sentence2", "label", NLI2, ("accuracy",), "accuracy", 10,
+             test=_glue_test("RTE"), hub_config="rte", hub_labels=NLI2),
+        Task("wnli", "WNLI", "sentence1", "sentence2", "label", BINARY, ("accuracy",), "accuracy", 3,
+             test=_glue_test("WNLI"), hub_config="wnli", hub_labels=("not_entailment", "entailment")),
+        # The diagnostic set: test only, predicted by the MNLI model, scored by the server with R3 (MCC).
+        Task("ax", "diagnostic", "sentence1", "sentence2", None, NLI3, ("mcc",), "mcc", 0, train=None, dev=(),
+             test=(Split("diagnostic.tsv", "test", submission="AX.tsv"),),
+             hub_config="ax", hub_fields=("premise", "hypothesis"), hub_labels=NLI3),
+    ]
+}  # fmt: skip
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
+"""The nine fine-tuning tasks in the usual order; `--tasks all`."""
+
+AX_FOLDERS = ("diagnostic", "AX")
+"""download_glue_data.py writes diagnostic/diagnostic.tsv; some mirrors use AX/diagnostic.tsv."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task as asked for on the command line, resolved to its registry entry and where its data is."""
+
+    task: Task
+    root: Path | None
+    """The task's folder, or None to load it from the HF hub."""
+    extra: dict[str, Path | None] = field(default_factory=dict)
+    """Folders of the tasks in `also_predict` that have data (MNLI -> AX); None: from the hub."""
+
+
+def load_custom_task(folder: Path) -> Task:
+    """A task described by `folder/task.json` (train.tsv, dev.tsv and optionally test.tsv beside it)."""
+    path = folder / "task.json"
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON: {err.msg}") from err
+    required = {"name", "text_a", "text_b", "label", "labels", "metrics", "main_metric", "epochs"}
+    if not isinstance(raw, dict) or required - raw.keys():
+        raise ValueError(f"{path}:1: task.json needs the keys {sorted(required)}")
+    if raw.keys() - required:
+        raise ValueError(f"{path}:1: unknown keys {sorted(raw.keys() - required)}")
+    name = raw["name"]
+    if not isinstance(name, str) or not name or name in TASKS or any(c in name for c in "/\\ \t"):
+        raise ValueError(f"{path}:1: name {name!r} must be a plain name, not a GLUE task name")
+    labels = raw["labels"]
+    if labels is not None and (not isinstance(labels, list) or len(labels) < 2 or len(set(labels)) != len(labels)):
+        raise ValueError(f"{path}:1: labels must be null (regression) or a list of at least 2 distinct strings")
+    metrics = raw["metrics"]
+    if not isinstance(metrics, list) or not metrics or set(metrics) - set(METRICS):
+        raise ValueError(f"{path}:1: metrics must be a non-empty list drawn from {list(METRICS)}")
+    regression_only, classification_only = {"pearson", "spearman"}, {"mcc", "accuracy", "f1"}
+    if set(metrics) & (classification_only if labels is None else regression_only):
+        kind = "regression" if labels is None else "classification"
+        raise ValueError(f"{path}:1: metrics {metrics} do not fit a {kind} task")
+    if "f1" in metrics and labels is not None and len(labels) != 2:
+        raise ValueError(f"{path}:1: f1 needs exactly two labels (the second is the positive class)")
+    if raw["main_metric"] not in metrics:
+        raise ValueError(f"{path}:1: main_metric {raw['main_metric']!r} is not one of metrics {metrics}")
+    if not isinstance(raw["epochs"], int) or raw["epochs"] < 1:
+        raise ValueError(f"{path}:1: epochs must be a positive integer")
+    test = (Split("test.tsv", "test"),) if (folder / "test.tsv").exists() else ()
+    return Task(
+        name=name, folder=str(folder), text_a=raw["text_a"], text_b=raw["text_b"], label=raw["label"],
+        labels=None if labels is None else tuple(str(x) for x in labels), metrics=tuple(metrics),
+        main_metric=raw["main_metric"], epochs=raw["epochs"], test=test, glue=False,
+    )  # fmt: skip
+
+
+def resolve_tasks(names: str, glue_dir: str | Path | None) -> tuple[list[TaskSpec], list[str]]:
+    """`--tasks` (all, a comma list of GLUE names, or task folders holding task.json) -> the tasks to run,
+    and the GLUE tasks of `all` skipped because their data is not in --glue-dir.
+
+    A task named explicitly whose folder or files are missing is an error; `all` means all that have data.
+    """
+    glue_root = Path(glue_dir) if glue_dir is not None else None
+    if glue_root is not None and not glue_root.is_dir():
+        raise FileNotFoundError(f"{glue_root}: --glue-dir is not a folder")
+    items = [x.strip() for x in names.split(",") if x.strip()]
+    if not items:
+        raise ValueError("--tasks is empty")
+    specs: list[TaskSpec] = []
+    skipped: list[str] = []
+    for item in items:
+        if item.lower() == "all":
+            for name in GLUE_TASKS:
+                spec = _glue_spec(TASKS[name], glue_root, strict=False)
+                if spec is None:
+                    skipped.append(name)
+                else:
+                    specs.append(spec)
+        elif item.lower() in TASKS:
+            task = TASKS[item.lower()]
+            if task.train is None:
+                raise ValueError(f"{item}: a test-only diagnostic set; run mnli with --predict-test to predict it")
+            specs.append(_glue_spec(task, glue_root, strict=True))
+        elif (Path(item) / "task.json").exists():
+            folder = Path(item).resolve()
+            task = load_custom_task(folder)
+            _check_files(task, folder, strict=True)
+            specs.append(TaskSpec(task, folder))
+        else:
+            known = ", ".join(GLUE_TASKS)
+            raise ValueError(f"unknown task {item!r}: expected all, one of {known}, or a folder with a task.json")
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.task.name in seen:
+            raise ValueError(f"task {spec.task.name!r} is listed twice in --tasks")
+        seen.add(spec.task.name)
+    return specs, skipped
+
+
+def _glue_spec(task: Task, glue_root: Path | None, strict: bool) -> TaskSpec | None:
+    if glue_root is None:  # the HF hub has every task
+        return TaskSpec(task, None, {name: None for name in task.also_predict})
+    folder = glue_root / task.folder
+    if not _check_files(task, folder, strict):
+        return None
+    extra: dict[str, Path | None] = {}
+    for name in task.also_predict:
+        for candidate in AX_FOLDERS:
+            if all((glue_root / candidate / s.file).exists() for s in TASKS[name].test):
+                extra[name] = glue_root / candidate
+                break
+    return TaskSpec(task, folder, extra)
+
+
+def _check_files(task: Task, folder: Path, strict: bool) -> bool:
+    """True when the training and dev files are there; when `strict`, raise naming the first one missing."""
+    if not folder.is_dir():
+        if strict:
+            raise FileNotFoundError(f"{folder}: no such task folder (task {task.name})")
+        return False
+    for split in (task.train, *task.dev):
+        if split is not None and not (folder / split.file).exists():
+            if strict:
+                raise FileNotFoundError(f"{folder / split.file}: missing (task {task.name} needs it)")
+            return False
+    return True
