@@ -170,3 +170,36 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
     ckpt = resolve_checkpoint(path)
     model, cfg = load_model_checkpoint(ckpt)
     return ElectraModel.from_pretraining(model), cfg.model, find_tokenizer(ckpt)
+
+
+# -- training state (the pretraining loop's checkpoints) ----------------------------------------------------------
+
+# Settings that may change when a run is resumed: they do not alter what the run computes.
+RESUMABLE_CHANGES = {
+    "data.path", "train.log_every", "train.eval_every", "train.eval_batches", "train.save_every", "train.keep_last",
+    "train.max_nonfinite", "train.collapse_patience", "train.stop_on_collapse", "train.compile",
+    "train.micro_batch_size", "train.max_memory_gb",
+    "train.max_steps",  # extending a run is allowed: the schedule then stretches from the resumed step on
+}  # fmt: skip
+
+
+def config_differences(saved: PretrainConfig, current: PretrainConfig) -> list[str]:
+    """`key: saved -> current` for every setting that differs and would change what a resumed run computes."""
+    a, b = _flatten(to_dict(saved)), _flatten(to_dict(current))
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
+            and k not in RESUMABLE_CHANGES]  # fmt: skip
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)

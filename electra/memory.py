@@ -1,0 +1,44 @@
+"""Peak-memory estimate of a pretraining step, to pick the micro-batch for a GPU memory budget (--max-memory-gb).
+
+    weights, gradients, Adam moments:  16 bytes per parameter (fp32 master weights in every precision)
+    activations per layer:             T * b * H * (34 + 5 * heads * T / H) bytes at 16-bit
+                                       (Korthikanti et al. 2022, "Reducing Activation Recomputation", eq. 1),
+                                       doubled in fp32; summed over generator and discriminator layers
+    generator head:                    N * b * V logits, kept in fp32 with their softmax and gradient
+    margin:                            x 1.2 for the allocator and the CUDA context
+
+An estimate, not a measurement: on a GPU, confirm with `electra bench pretrain --device cuda` (peak_memory).
+"""
+
+from __future__ import annotations
+
+from electra.config import EncoderSize, PretrainConfig
+
+MARGIN = 1.2
+
+
+def parameter_count(cfg: PretrainConfig) -> int:
+    m = cfg.model
+
+    def stack(s: EncoderSize) -> int:
+        per_layer = 4 * (s.hidden_size**2 + s.hidden_size) + 2 * s.hidden_size * s.intermediate_size
+        per_layer += s.intermediate_size + s.hidden_size + 4 * s.hidden_size  # FFN biases, two LayerNorms
+        project = (m.embedding_size + 1) * s.hidden_size if m.embedding_size != s.hidden_size else 0
+        return s.num_layers * per_layer + project
+
+    embeddings = (m.vocab_size + m.max_position_embeddings + m.type_vocab_size + 2) * m.embedding_size
+    g, d = m.generator, m.discriminator
+    gen_head = (g.hidden_size + 1) * m.embedding_size + 2 * m.embedding_size + m.vocab_size
+    disc_head = (d.hidden_size + 1) * d.hidden_size + d.hidden_size + 1
+    return embeddings + stack(g) + stack(d) + gen_head + disc_head
+
+
+def estimate_peak_bytes(cfg: PretrainConfig, micro_batch: int) -> float:
+    T, b = cfg.data.seq_len, micro_batch
+    bytes_per_value = 4 if cfg.train.precision == "fp32" else 2
+    activations = 0.0
+    for s in (cfg.model.generator, cfg.model.discriminator):
+        per_layer = T * b * s.hidden_size * (34 + 5 * s.num_heads * T / s.hidden_size)
+        activations += s.num_layers * per_layer * bytes_per_value / 2
+    head = 3 * cfg.num_mask_slots * b * cfg.model.vocab_size * 4
+    return MARGIN * (16 * parameter_count(cfg) + activations + head)

@@ -1,0 +1,536 @@
+"""`electra pretrain`: one explicit loop for replaced-token-detection pretraining (SPEC §2, §4).
+
+Single process:   electra pretrain --config small --data DATA --out RUN
+Several GPUs:     torchrun --nproc_per_node 4 -m electra.pretrain --config small --data DATA --out RUN
+
+Exactness by construction: step s trains on the global example ids [s * B, (s + 1) * B); each rank takes its
+contiguous share and splits it into micro-batches; masking and sampling are keyed per example (masking.py); each
+micro-batch's loss is divided by the target counts of the whole global batch, summed over ranks by one all-reduce
+of two numbers before the forward passes. So accumulation and DDP give the big-batch gradient, and a resumed run
+(model, optimizer, scaler, RNG and step restored) continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+from tqdm import tqdm
+
+from electra import checkpoint as ckpt_io
+from electra.config import PretrainConfig, load_config, to_dict
+from electra.data import ExampleSource, PretrainingData, TokenizerInfo
+from electra.masking import mask_tokens
+from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+from electra.optim import build_optimizer, learning_rate, set_learning_rate
+
+log = logging.getLogger("electra.pretrain")
+
+COLLAPSE_RECALL = 0.05  # disc recall on replaced tokens below this ...
+COLLAPSE_AUC = 0.55  # ... or AUC below this, at `collapse_patience` evaluations in a row: collapsed
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+# -- setup ----------------------------------------------------------------------------------------------------
+
+
+def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
+    """(rank, world size, device). Under torchrun: NCCL on CUDA, gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return rank, world, dev
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    if precision != "auto":
+        if precision != "fp32" and device.type != "cuda":
+            raise ValueError(f"precision {precision} needs a CUDA device; use fp32 on {device}")
+        return precision
+    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def micro_batch_size(cfg: PretrainConfig, per_rank: int, device: torch.device) -> int:
+    """The micro-batch: given, or the largest divisor of the per-rank batch that fits --max-memory-gb."""
+    t = cfg.train
+    if t.micro_batch_size is not None:
+        return t.micro_batch_size
+    if t.max_memory_gb is None:
+        return per_rank
+    from electra.memory import estimate_peak_bytes
+
+    for m in sorted((d for d in range(1, per_rank + 1) if per_rank % d == 0), reverse=True):
+        if estimate_peak_bytes(cfg, m) <= t.max_memory_gb * 2**30:
+            return m
+    raise ValueError(f"even a micro-batch of 1 does not fit in {t.max_memory_gb} GB")
+
+
+def open_data(cfg: PretrainConfig) -> PretrainingData:
+    from electra.data import open_pretraining_data
+
+    return open_pretraining_data(cfg.data, cfg.train.seed)
+
+
+def code_revision() -> str:
+    try:
+        root = Path(__file__).resolve().parents[1]
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()  # fmt: skip
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    batch["example_ids"] = torch.from_numpy(ids)
+    if device.type == "cuda":
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    return batch
+
+
+def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, special: torch.Tensor):
+    return mask_tokens(
+        batch["input_ids"], batch["attention_mask"], batch["example_ids"], cfg.train.seed, cfg.objective,
+        cfg.num_mask_slots, tokens.mask_id, special,
+    )  # fmt: skip
+
+
+# -- evaluation and the collapse watch ------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
+             device: torch.device, autocast) -> dict[str, float]:  # fmt: skip
+    """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC."""
+    from sklearn.metrics import roc_auc_score
+
+    was_training = model.training
+    model.eval()
+    special = torch.tensor(tokens.special_ids, device=device)
+    size = min(cfg.train.batch_size, 64)
+    totals = {k: 0.0 for k in STAT_NAMES}
+    scores, labels = [], []
+    for b in range(cfg.train.eval_batches):
+        ids = np.arange(b * size, (b + 1) * size, dtype=np.int64)
+        batch = batch_to_device(source.examples(ids), ids, device)
+        masked = masked_batch(cfg, tokens, batch, special)
+        with autocast:
+            out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked)
+        for k, v in out.stats.items():
+            totals[k] += v.item()
+        scores.append(out.disc_logits.float()[out.disc_mask].cpu())
+        labels.append(out.disc_labels[out.disc_mask].cpu())
+    model.train(was_training)
+    metrics = metrics_from_stats(totals)
+    y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
+    metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
+    return metrics
+
+
+def is_collapsed(metrics: dict[str, float]) -> bool:
+    recall, auc = metrics["disc_recall"], metrics["disc_auc"]
+    return (not recall >= COLLAPSE_RECALL) or (not auc >= COLLAPSE_AUC)  # NaN counts as collapsed
+
+
+# -- the loop -------------------------------------------------------------------------------------------------
+
+
+def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
+             loggers: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns the final run metadata."""
+    run_dir = Path(run_dir)
+    rank, world, dev = init_distributed(device)
+    main_process = rank == 0
+    t = cfg.train
+
+    data = open_data(cfg)
+    tokens = data.tokens
+    if cfg.model.vocab_size != tokens.vocab_size:
+        log.info("model.vocab_size set to the tokenizer's %d (was %d)", tokens.vocab_size, cfg.model.vocab_size)
+        cfg.model.vocab_size = tokens.vocab_size
+    if t.batch_size % world:
+        raise ValueError(f"batch size {t.batch_size} does not divide over {world} processes")
+    per_rank = t.batch_size // world
+    micro = micro_batch_size(cfg, per_rank, dev)
+    if per_rank % micro:
+        raise ValueError(f"micro-batch {micro} does not divide the per-process batch {per_rank}")
+    accum = per_rank // micro
+    precision = resolve_precision(t.precision, dev)
+    autocast = (torch.autocast(dev.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+                if precision in ("bf16", "fp16") else contextlib.nullcontext())  # fmt: skip
+
+    torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
+    raw_model = ElectraForPretraining(cfg.model, cfg.objective).to(dev)
+    optimizer = build_optimizer(raw_model, t, dev)
+    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
+    meta = {"step": 0, "samples": 0, "nonfinite_skipped": 0, "collapsed": False, "collapse_streak": 0,
+            "collapse_first_step": None, "code_revision": code_revision(), "world_size": world}  # fmt: skip
+
+    start = 0
+    checkpoints = ckpt_io.list_checkpoints(run_dir)
+    if resume is None and checkpoints:
+        raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
+    if resume is not None:
+        loaded = restore(run_dir if resume == "auto" else Path(resume), cfg, raw_model, optimizer, scaler, rank, world)
+        if loaded is not None:
+            meta = loaded
+            start = meta["step"]
+    if main_process:
+        prepare_run_dir(run_dir, cfg, tokens, meta)
+    if world > 1:
+        dist.barrier()
+
+    model = raw_model
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            raw_model, device_ids=[dev.index] if dev.type == "cuda" else None
+        )
+    if t.compile:
+        model = torch.compile(model, dynamic=False)
+
+    stop = {"signal": None}
+    handlers = {s: signal.signal(s, lambda num, _: stop.update(signal=num)) for s in (signal.SIGTERM, signal.SIGINT)}
+    writers = open_loggers(loggers, run_dir, cfg) if main_process else []
+    special = torch.tensor(tokens.special_ids, device=dev)
+    window = torch.zeros(len(STAT_NAMES), device=dev)  # summed stats since the last log line, on device
+    norm_sum, window_steps, window_start = torch.zeros((), device=dev), 0, time.perf_counter()
+    flops_per_step = training_flops_per_step(cfg)
+    bar = tqdm(total=t.max_steps, initial=start, desc="pretrain", disable=not main_process, dynamic_ncols=True)
+    raw_model.train()
+    step = start
+    try:
+        for step in range(start, t.max_steps):
+            lr = learning_rate(step, t)
+            set_learning_rate(optimizer, lr)
+            first = step * t.batch_size + rank * per_rank
+            ids = np.arange(first, first + per_rank, dtype=np.int64)
+            micro_ids = np.split(ids, accum)
+            batches = [batch_to_device(data.train.examples(i), i, dev) for i in micro_ids]
+            masked = [masked_batch(cfg, tokens, b, special) for b in batches]
+            # the global target counts of this optimizer step, so that every micro-batch's loss is a share
+            counts = torch.stack([sum(m.weights.sum() for m in masked), sum(m.disc_mask.sum() for m in masked)])
+            counts = counts.float()
+            if world > 1:
+                dist.all_reduce(counts)
+            mlm_norm, disc_norm = counts[0].clamp(min=1), counts[1].clamp(min=1)
+            for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
+                sync = world == 1 or i == accum - 1
+                with contextlib.nullcontext() if sync else model.no_sync(), autocast:
+                    out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], m, mlm_norm, disc_norm)
+                # DDP averages gradients over ranks; our losses are already shares of the global batch
+                scaler.scale(out.loss * world).backward()
+                window += torch.stack([out.stats[k] for k in STAT_NAMES])
+            scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), t.grad_clip)
+            if precision == "fp16":
+                scale = scaler.get_scale()
+                scaler.step(optimizer)  # skips the update itself when gradients overflowed
+                scaler.update()
+                finite = scaler.get_scale() >= scale
+            else:
+                finite = bool(torch.isfinite(grad_norm))  # the one host sync per step
+                if finite:
+                    optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if finite:
+                meta["consecutive_nonfinite"] = 0
+                norm_sum += grad_norm.detach()
+            else:
+                meta["nonfinite_skipped"] += 1
+                meta["consecutive_nonfinite"] = meta.get("consecutive_nonfinite", 0) + 1
+                log.warning("step %d: non-finite loss or gradients, update skipped", step)
+                if meta["consecutive_nonfinite"] >= t.max_nonfinite:
+                    raise NonFiniteError(
+                        f"stopped at step {step}: {t.max_nonfinite} steps in a row had non-finite loss or gradients; "
+                        f"the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, "
+                        "or use bf16/fp32)"
+                    )
+            meta["step"], meta["samples"] = step + 1, (step + 1) * t.batch_size
+            window_steps += 1
+            bar.update(1)
+            done = step + 1
+
+            if done % t.log_every == 0 or done == t.max_steps:
+                stats = window.clone()
+                if world > 1:
+                    dist.all_reduce(stats)
+                metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
+                elapsed = time.perf_counter() - window_start
+                row = {"step": done, "lr": lr, "grad_norm": norm_sum.item() / max(1, window_steps), **metrics,
+                       "tokens_per_s": window_steps * t.batch_size * cfg.data.seq_len / elapsed,
+                       "samples": meta["samples"], "flops": flops_per_step * done,
+                       "nonfinite_skipped": meta["nonfinite_skipped"]}  # fmt: skip
+                if main_process:
+                    write_metrics(run_dir, row, writers)
+                    bar.set_postfix(mlm=f"{row['mlm_loss']:.3f}", disc=f"{row['disc_loss']:.3f}",
+                                    recall=f"{row['disc_recall']:.2f}")  # fmt: skip
+                window.zero_()
+                norm_sum.zero_()
+                window_steps, window_start = 0, time.perf_counter()
+
+            if done % t.eval_every == 0 or done == t.max_steps:
+                watch_collapse(raw_model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, done)
+            if done % t.save_every == 0 or done == t.max_steps or stop["signal"] is not None:
+                save(run_dir, cfg, raw_model, optimizer, scaler, meta, rank, world)
+            if stop["signal"] is not None:
+                log.warning("signal %s: saved step %d and stopped; continue with --resume auto", stop["signal"], done)
+                break
+            if meta["collapsed"] and t.stop_on_collapse:
+                log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")
+                break
+    finally:
+        bar.close()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        for w in writers:
+            w.close()
+    if main_process and meta["step"] == t.max_steps:
+        from electra.hf_compat import to_hf
+
+        to_hf(raw_model, run_dir / "hf", run_dir / "tokenizer" if (run_dir / "tokenizer").exists() else None)
+    if world > 1:
+        dist.barrier()
+    return meta
+
+
+def watch_collapse(model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, step) -> None:
+    if not main_process:
+        return
+    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast)
+    write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
+    meta["collapse_streak"] = meta["collapse_streak"] + 1 if is_collapsed(metrics) else 0
+    if meta["collapse_streak"] >= cfg.train.collapse_patience:
+        if not meta["collapsed"]:
+            log.warning(
+                "step %d: the discriminator looks collapsed (eval recall %.3f, AUC %.3f for %d evaluations): it no "
+                "longer tells replaced from original tokens. The study saw this with generators larger than "
+                "recommended; fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
+                metrics["disc_auc"], meta["collapse_streak"],
+            )  # fmt: skip
+            meta["collapse_first_step"] = meta["collapse_first_step"] or step
+        meta["collapsed"] = True
+    elif meta["collapse_streak"] == 0:
+        meta["collapsed"] = False
+    ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+
+
+# -- run folder, checkpoints, logging -------------------------------------------------------------------------
+
+
+def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: dict) -> None:
+    """Make the run folder self-contained: resolved config, a copy of the tokenizer, run metadata."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_io.save_config(cfg, run_dir / "config.yaml")
+    if tokens.path is not None and not (run_dir / "tokenizer").exists():
+        shutil.copytree(tokens.path, run_dir / "tokenizer")
+    ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+
+
+def save(run_dir, cfg, model, optimizer, scaler, meta, rank, world) -> None:
+    import io
+
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    states = [None] * world
+    if world > 1:
+        dist.all_gather_object(states, rng)
+    else:
+        states = [rng]
+    if rank == 0:
+        extra = {}
+        for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
+                          ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            extra[name] = buf.getvalue()
+        extra["state.json"] = json.dumps(meta, indent=2).encode()
+        ckpt_io.save_model_checkpoint(model, cfg, ckpt_io.checkpoint_dir(run_dir, meta["step"]), extra)
+        ckpt_io.prune_checkpoints(run_dir, cfg.train.keep_last)
+        ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+    if world > 1:
+        dist.barrier()
+
+
+def restore(path: Path, cfg, model, optimizer, scaler, rank, world) -> dict | None:
+    """Load the newest valid checkpoint (skipping corrupt ones with a warning); None if there is none."""
+    candidates = [path] if (path / ckpt_io.COMPLETE_MARKER).exists() else ckpt_io.list_checkpoints(path)[::-1]
+    for ckpt in candidates:
+        try:
+            saved = ckpt_io.read_config(ckpt / "config.yaml")
+        except ckpt_io.CheckpointError as err:
+            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
+            continue
+        if saved.train.max_steps != cfg.train.max_steps:
+            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
+                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
+        diff = ckpt_io.config_differences(saved, cfg)
+        if diff:
+            raise ckpt_io.CheckpointError(
+                f"{ckpt} was written with another config; refusing to resume. Differences: {'; '.join(diff[:6])}"
+            )
+        try:
+            model.load_state_dict(load_file(ckpt / "model.safetensors"))
+            optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+            scaler.load_state_dict(torch.load(ckpt / "scaler.pt", weights_only=True))
+            rng = torch.load(ckpt / "rng.pt", weights_only=True)
+            meta = json.loads((ckpt / "state.json").read_text())
+        except Exception as err:  # noqa: BLE001 - any unreadable file means: try the previous checkpoint
+            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
+            continue
+        saved_world = meta.get("world_size", 1)
+        state = rng.get(f"rank{rank}") if saved_world == world else None
+        if state is not None:
+            torch.set_rng_state(state["torch"])
+            if "cuda" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state(state["cuda"])
+        else:
+            log.warning(
+                "resuming with %d processes from a checkpoint of %d: dropout RNG is reseeded", world, saved_world
+            )
+        meta["world_size"] = world
+        log.info("resumed from %s (step %d)", ckpt, meta["step"])
+        return meta
+    return None
+
+
+def training_flops_per_step(cfg: PretrainConfig) -> float:
+    from electra.flops import pretrain_step_flops
+
+    return float(pretrain_step_flops(cfg, cfg.train.batch_size, cfg.data.seq_len))
+
+
+def open_loggers(names: tuple[str, ...], run_dir: Path, cfg: PretrainConfig) -> list:
+    writers = []
+    for name in names:
+        if name == "tensorboard":
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ValueError(
+                    "--tensorboard needs the tensorboard package: pip install 'electra[tensorboard]'"
+                ) from err
+            writers.append(_TensorBoard(SummaryWriter(run_dir / "tensorboard")))
+        elif name == "wandb":
+            try:
+                import wandb
+            except ImportError as err:
+                raise ValueError("--wandb needs the wandb package: pip install 'electra[wandb]'") from err
+            writers.append(_WandB(wandb.init(dir=str(run_dir), config=to_dict(cfg), name=run_dir.name,
+                                             mode=os.environ.get("WANDB_MODE", "offline"))))  # fmt: skip
+    return writers
+
+
+class _TensorBoard:
+    def __init__(self, writer):
+        self.writer = writer
+
+    def log(self, row: dict) -> None:
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                self.writer.add_scalar(k, v, row["step"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _WandB:
+    def __init__(self, run):
+        self.run = run
+
+    def log(self, row: dict) -> None:
+        self.run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def write_metrics(run_dir: Path, row: dict, writers: list) -> None:
+    """Append one JSON line (undefined values such as precision with no positive prediction become null)."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(clean) + "\n")
+    for w in writers:
+        w.log(row)
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="small", help="a preset (tiny, small, small++, base, large) or a YAML file")
+    p.add_argument("--data", help="a folder from `electra data prepare` (default: the built-in synthetic corpus)")
+    p.add_argument("--out", required=True, help="the run folder")
+    p.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--batch-size", type=int, help="global batch in sequences (train.batch_size)")
+    p.add_argument("--micro-batch-size", type=int, help="sequences per forward pass on one device")
+    p.add_argument("--max-memory-gb", type=float, help="choose the micro-batch to fit this GPU memory budget")
+    p.add_argument("--save-every", type=int)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--log-every", type=int)
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--resume", help="'auto' (newest valid checkpoint of --out) or a checkpoint folder")
+    p.add_argument("--device", help="e.g. cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--tensorboard", action="store_true", help="also log to RUN/tensorboard")
+    p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (offline unless WANDB_MODE)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any config value, e.g. --set model.generator_fraction=1.0 (repeatable)")  # fmt: skip
+
+
+FLAG_KEYS = {
+    "data": "data.path", "max_steps": "train.max_steps", "seed": "train.seed", "batch_size": "train.batch_size",
+    "micro_batch_size": "train.micro_batch_size", "max_memory_gb": "train.max_memory_gb",
+    "save_every": "train.save_every", "eval_every": "train.eval_every", "log_every": "train.log_every",
+    "precision": "train.precision", "compile": "train.compile",
+}  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = [f"{key}={getattr(args, flag)}" for flag, key in FLAG_KEYS.items() if getattr(args, flag) is not None]
+    cfg = load_config(args.config, overrides + args.set)
+    loggers = tuple(n for n in ("tensorboard", "wandb") if getattr(args, n))
+    try:
+        meta = pretrain(cfg, args.out, resume=args.resume, device=args.device, loggers=loggers)
+    except NonFiniteError as err:
+        print(f"electra pretrain: {err}", file=sys.stderr)
+        return 3
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    status = "collapsed" if meta["collapsed"] else "ok"
+    print(f"finished step {meta['step']} ({status}); run folder {args.out}")
+    return 0
+
+
+if __name__ == "__main__":  # torchrun -m electra.pretrain ...
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="electra pretrain")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

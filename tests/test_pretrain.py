@@ -1,0 +1,162 @@
+"""The pretraining loop: exact resume after SIGKILL, DDP and accumulation equivalence, skipped non-finite steps,
+the collapse flag, and refusal of a checkpoint from another config. All on CPU with the tiny preset."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import electra.pretrain as pretrain_module
+from electra.checkpoint import CheckpointError, list_checkpoints
+from electra.config import load_config
+from electra.data import PretrainingData, TokenizerInfo
+from electra.pretrain import pretrain
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["train.batch_size=8", "train.log_every=2", "train.eval_every=1000", "train.eval_batches=1"]
+NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "electra.cli", *args]
+
+
+def env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(list_checkpoints(run)[-1] / "model.safetensors")
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_rows(run: Path) -> list[dict]:
+    return [m for m in metrics(run) if "mlm_loss" in m]
+
+
+def test_resume_after_sigkill_is_bit_identical(tmp_path):
+    args = ["pretrain", "--config", "tiny", "--max-steps", "14", "--save-every", "3", "--batch-size", "8",
+            "--log-every", "2", "--eval-every", "1000"]  # fmt: skip
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(cli(*args, "--out", str(straight)), check=True, env=env(), capture_output=True)
+
+    proc = subprocess.Popen(cli(*args, "--out", str(killed)), env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list_checkpoints(killed)) < 2:  # past step 6, somewhere before 14
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 6 <= int(json.loads((killed / "run.json").read_text())["step"]) < 14
+    subprocess.run(cli(*args, "--out", str(killed), "--resume", "auto"), check=True, env=env(), capture_output=True)
+
+    a, b = weights(straight), weights(killed)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    last_a, last_b = (train_rows(run)[-1] for run in (straight, killed))
+    assert last_b["step"] == 14 and last_b["mlm_loss"] == last_a["mlm_loss"]
+
+
+def test_two_gloo_processes_equal_one_process_with_the_whole_batch(tmp_path):
+    common = ["--config", "tiny", "--max-steps", "4", "--batch-size", "8", "--log-every", "2",
+              "--eval-every", "1000", "--set", "model.dropout=0.0", "--set", "model.attention_dropout=0.0"]  # fmt: skip
+    one, two = tmp_path / "one", tmp_path / "two"
+    subprocess.run(cli("pretrain", *common, "--out", str(one)), check=True, env=env(), capture_output=True)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29617",
+              "-m", "electra.pretrain", *common, "--out", str(two)]  # fmt: skip
+    result = subprocess.run(launch, env=env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = weights(one), weights(two)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
+    # the logged metrics are global sums, so they match too
+    ma, mb = train_rows(one)[-1], train_rows(two)[-1]
+    assert ma["mlm_loss"] == pytest.approx(mb["mlm_loss"], rel=1e-5)
+    assert ma["disc_accuracy"] == pytest.approx(mb["disc_accuracy"], rel=1e-6)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    base = FAST + NO_DROPOUT + ["train.max_steps=3", "train.save_every=1"]
+    pretrain(load_config("tiny", base), tmp_path / "big")
+    pretrain(load_config("tiny", base + ["train.micro_batch_size=2"]), tmp_path / "accum")
+    a, b = weights(tmp_path / "big"), weights(tmp_path / "accum")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
+    first = load_file(list_checkpoints(tmp_path / "big")[0] / "model.safetensors")  # after step 1
+    assert max((a[n] - first[n]).abs().max() for n in a) > 1e-4  # training moved the weights: the test has teeth
+
+
+def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path):
+    run = tmp_path / "run"
+    cfg = FAST + ["train.max_steps=2", "train.save_every=2"]
+    pretrain(load_config("tiny", cfg), run)
+    ckpt = list_checkpoints(run)[-1]
+    state = load_file(ckpt / "model.safetensors")
+    state["embeddings.LayerNorm.weight"][0] = float("nan")  # every later loss is NaN
+    save_file(state, ckpt / "model.safetensors")
+    before = (ckpt / "model.safetensors").read_bytes()
+    with pytest.raises(pretrain_module.NonFiniteError, match="3 steps in a row had non-finite"):
+        pretrain(load_config("tiny", FAST + ["train.max_steps=10", "train.max_nonfinite=3"]), run, resume="auto")
+    assert (ckpt / "model.safetensors").read_bytes() == before  # the last checkpoint is intact
+    assert list_checkpoints(run) == [ckpt]
+
+
+class IidTokens:
+    """Uniformly random tokens: a replaced token is indistinguishable from an original, so the discriminator
+    cannot beat the prior and must collapse (recall 0, AUC 0.5)."""
+
+    seq_len = 64
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
+        rows = [np.random.default_rng([self.seed, int(i)]).integers(5, 64, self.seq_len) for i in example_ids]
+        ids = np.stack(rows).astype(np.int64)
+        ids[:, 0], ids[:, -1] = 2, 3
+        ones = np.ones_like(ids)
+        return {"input_ids": ids, "attention_mask": ones, "token_type_ids": np.zeros_like(ids)}
+
+
+def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path, monkeypatch):
+    tokens = TokenizerInfo(vocab_size=64, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    data = PretrainingData(train=IidTokens(0), eval=IidTokens(1), tokens=tokens)
+    monkeypatch.setattr(pretrain_module, "open_data", lambda cfg: data)
+    cfg = load_config("tiny", FAST + ["train.max_steps=12", "train.eval_every=3", "train.collapse_patience=3",
+                                      "train.stop_on_collapse=true", "train.eval_batches=2"])  # fmt: skip
+    meta = pretrain(cfg, tmp_path / "run")
+    assert meta["collapsed"] and meta["collapse_first_step"] == 9 and meta["step"] == 9  # stopped at the flag
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["collapsed"] is True
+    evals = [m for m in metrics(tmp_path / "run") if "eval_disc_auc" in m]
+    assert all(m["eval_disc_recall"] < 0.05 or m["eval_disc_auc"] < 0.55 for m in evals)
+
+
+def test_checkpoint_from_another_config_is_refused(tmp_path):
+    run = tmp_path / "run"
+    pretrain(load_config("tiny", FAST + ["train.max_steps=2", "train.save_every=2"]), run)
+    other = load_config("tiny", FAST + ["train.max_steps=4", "model.generator_fraction=0.5", "train.lr=1e-3"])
+    with pytest.raises(CheckpointError, match=r"another config.*generator_fraction: 0.25 -> 0.5; train.lr: 0.002"):
+        pretrain(other, run, resume="auto")
+    with pytest.raises(ValueError, match="already holds checkpoints"):
+        pretrain(load_config("tiny", FAST + ["train.max_steps=2"]), run)
+
+
+def test_a_corrupt_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog):
+    run = tmp_path / "run"
+    pretrain(load_config("tiny", FAST + ["train.max_steps=4", "train.save_every=2"]), run)
+    newest = list_checkpoints(run)[-1]
+    (newest / "model.safetensors").write_bytes(b"garbage")
+    meta = pretrain(load_config("tiny", FAST + ["train.max_steps=4", "train.save_every=2"]), run, resume="auto")
+    assert "skipping unreadable checkpoint" in caplog.text and meta["step"] == 4
