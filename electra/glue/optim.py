@@ -25,12 +25,11 @@ def depth_exponent(name: str, num_layers: int, convention: str) -> int:
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown layer-decay convention {convention!r}: expected one of {CONVENTIONS}")
     L = num_layers
-    shift = {"paper": 0, "original": 1, "study": -1}[convention]
     if name.startswith(("electra.embeddings.", "electra.embeddings_project.")):
-        return L + 1 + shift
+        return {"paper": L + 1, "original": L + 2, "study": L - 1}[convention]
     match = _LAYER.match(name)
     if match:
-        return L - int(match.group(1)) + shift
+        return L - int(match.group(1)) + {"paper": 0, "original": 1, "study": -1}[convention]
     if name.startswith("electra."):
         raise ValueError(f"parameter {name!r}: no depth defined for it")
     return 0  # the task head

@@ -1,0 +1,177 @@
+"""Heads, export to transformers, layer-wise lr decay and the schedule, and that the loop learns a learnable task."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from electra.glue.features import collate, encode
+from electra.glue.finetune import FinetuneConfig, finetune, load_pretrained, predict, prepare
+from electra.glue.heads import HEADS, GlueModel, export_hf
+from electra.glue.loading import Example, load_task
+from electra.glue.optim import depth_exponent, lr_factor, param_groups
+from electra.glue.tasks import TASKS, resolve_tasks
+from electra.model import ElectraModel
+from tests.test_glue_fixtures import make_run, make_tokenizer, tiny_model_config, write_custom_task
+
+
+def _model(head: str, num_outputs: int = 2, **sizes) -> GlueModel:
+    cfg = tiny_model_config(**sizes)
+    return GlueModel(ElectraModel(cfg), cfg, head, num_outputs).eval()
+
+
+def _batch(tmp_path):
+    tok = make_tokenizer(tmp_path / "tok")
+    ex = [Example("the film was wonderful .", "a dog ?", 1, "0"), Example("cat .", None, 0, "1"),
+          Example("a man and a woman in the city at night .", "the river .", 0, "2")]  # fmt: skip
+    f = encode(ex, tok, 64)
+    return f, collate(f, np.arange(len(ex)))
+
+
+def test_heads_compute_what_they_claim(tmp_path):
+    f, b = _batch(tmp_path)
+    args = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+    for head in HEADS:
+        model = _model(head)
+        h = model.electra(*args)  # (B, T, H)
+        c = model.classifier
+        if head == "cls-linear":
+            expected = c.out_proj(h[:, 0])
+        elif head == "mean-mlp":
+            m = b["attention_mask"][..., None].float()
+            expected = c.out_proj(F.gelu(c.dense((h * m).sum(1) / m.sum(1))))
+        else:
+            expected = c.out_proj(F.gelu(c.dense(h[:, 0])))
+        torch.testing.assert_close(model(*args), expected)
+        # padding invariance: each example alone gives the logits it gets inside the padded batch
+        for i in range(len(f)):
+            alone = collate(f, np.array([i]))
+            out = model(alone["input_ids"], alone["attention_mask"], alone["token_type_ids"])
+            torch.testing.assert_close(out[0], model(*args)[i], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("task", ["rte", "stsb"])
+def test_hf_head_exports_to_electra_for_sequence_classification(tmp_path, task):
+    from transformers import ElectraForSequenceClassification
+
+    f, b = _batch(tmp_path)
+    model = _model("hf", TASKS[task].num_outputs)
+    out = export_hf(model, TASKS[task], tmp_path / "hf", tmp_path / "tok")
+    hf = ElectraForSequenceClassification.from_pretrained(out).eval()
+    assert hf.config.num_labels == TASKS[task].num_outputs
+    if task == "rte":
+        assert hf.config.id2label == {0: "entailment", 1: "not_entailment"}
+    else:
+        assert hf.config.problem_type == "regression"
+    ref = hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"]).logits
+    torch.testing.assert_close(model(b["input_ids"], b["attention_mask"], b["token_type_ids"]), ref)
+    with pytest.raises(ValueError, match="only the hf head"):
+        export_hf(_model("cls-linear"), TASKS[task], tmp_path / "x")
+
+
+def _expected_exponent(name: str, L: int, convention: str) -> int:
+    """SPEC §5, written out per convention (d^k; the head has k = 0)."""
+    if name.startswith("classifier."):
+        return 0
+    emb = name.startswith(("electra.embeddings.", "electra.embeddings_project."))
+    i = None if emb else int(name.split(".")[3])
+    if convention == "paper":  # head lr, top layer lr*d, ..., layer 0 lr*d^L, embeddings lr*d^(L+1)
+        return L + 1 if emb else L - i
+    if convention == "original":  # OFF's code: one step lower (top layer d^2, embeddings d^(L+2))
+        return L + 2 if emb else L + 1 - i
+    return L - 1 if emb else L - 1 - i  # study: top layer lr, embeddings = layer 0 = lr*d^(L-1)
+
+
+@pytest.mark.parametrize("convention", ["paper", "original", "study"])
+def test_layerwise_lr_of_every_parameter_group(convention):
+    model = _model("mean-mlp", layers=3)  # embedding 16 != hidden 32: embeddings_project exists
+    assert any(n.startswith("electra.embeddings_project.") for n, _ in model.named_parameters())
+    lr, d, L = 3e-4, 0.8, 3
+    groups = param_groups(model, lr, d, L, convention, weight_decay=0.01)
+    names = [n for g in groups for n in g["names"]]
+    assert sorted(names) == sorted(n for n, _ in model.named_parameters())  # each parameter exactly once
+    optimizer = torch.optim.AdamW(groups)
+    for group in optimizer.param_groups:
+        for name in group["names"]:
+            assert group["lr"] == pytest.approx(lr * d ** _expected_exponent(name, L, convention), rel=1e-12)
+            no_decay = "LayerNorm" in name or name.endswith("bias")
+            assert group["weight_decay"] == (0.0 if no_decay else 0.01), name
+    everything = param_groups(model, lr, d, L, convention, 0.01, decay_norm_and_bias=True)
+    assert {g["weight_decay"] for g in everything} == {0.01}
+
+
+def test_depth_conventions_for_electra_small():
+    """The numbers SPEC §5 states for L = 12, d = 0.8."""
+    rates = {}
+    for c in ("paper", "original", "study"):
+        rates[c] = {part: 0.8 ** depth_exponent(name, 12, c) for part, name in [
+            ("head", "classifier.out_proj.weight"), ("top", "electra.encoder.layer.11.output.dense.weight"),
+            ("layer0", "electra.encoder.layer.0.output.dense.weight"),
+            ("emb", "electra.embeddings.word_embeddings.weight"),
+            ("proj", "electra.embeddings_project.weight")]}  # fmt: skip
+    assert rates["paper"] == pytest.approx({"head": 1, "top": 0.8, "layer0": 0.8**12, "emb": 0.8**13, "proj": 0.8**13})
+    assert rates["original"] == pytest.approx({"head": 1, "top": 0.64, "layer0": 0.8**13, "emb": 0.8**14,
+                                               "proj": 0.8**14})  # fmt: skip
+    assert rates["study"] == pytest.approx({"head": 1, "top": 1, "layer0": 0.8**11, "emb": 0.8**11, "proj": 0.8**11})
+
+
+def test_warmup_then_linear_decay():
+    total, warmup = 100, 10
+    f = [lr_factor(s, total, warmup) for s in range(total)]
+    assert f[0] == pytest.approx(0.1) and f[9] == 1.0 and f[10] == 1.0
+    assert f[55] == pytest.approx(0.5) and f[99] == pytest.approx(1 / 90)
+    assert all(a >= b for a, b in zip(f[10:], f[11:], strict=False))
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_every_parameter_receives_a_gradient(tmp_path, head):
+    f, b = _batch(tmp_path)
+    model = _model(head).train()
+    loss = F.cross_entropy(model(b["input_ids"], b["attention_mask"], b["token_type_ids"]), b["labels"])
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.fixture
+def one_thread():
+    """Two shared cores: one intra-op thread is faster for these tiny matrices than two fighting threads."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("run") / "run")
+
+
+def test_finetuning_learns_a_learnable_task(tmp_path, run, one_thread):
+    """The signal-word task goes from chance to high dev accuracy in a few hundred steps, seed-deterministic."""
+    specs, _ = resolve_tasks(str(write_custom_task(tmp_path, n_train=256, n_dev=64)), None)
+    pre = load_pretrained(str(run))
+    cfg = FinetuneConfig(lr=2e-3, layer_decay=0.8, batch_size=16, epochs=8)
+    prep = prepare(load_task(specs[0]), pre.tokenizer, cfg)
+    first = finetune(prep, pre, cfg, seed=0, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
+    assert first["steps"] == 8 * 16 and first["warmup_steps"] == 12
+    assert first["metrics"]["accuracy"] >= 90 and first["metrics"]["mcc"] >= 80, first["metrics"]
+    assert not first["chance"]["at_chance"] and first["loss_end"] < 0.5 * first["loss_start"]
+    short = FinetuneConfig(lr=2e-3, batch_size=16, epochs=8, max_steps=5)
+    again = [finetune(prep, pre, short, seed=3, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
+             for _ in range(2)]  # fmt: skip
+    assert again[0]["steps"] == 5 and again[0]["metrics"] == again[1]["metrics"]
+    assert again[0]["loss_end"] == again[1]["loss_end"]
+
+
+def test_predictions_come_back_in_example_order(tmp_path):
+    f, _ = _batch(tmp_path)
+    model = _model("cls-linear")
+    cfg = FinetuneConfig(eval_batch_size=2)  # batches sorted by length: [2, 0], [1]
+    out = predict(model, f, cfg, torch.device("cpu"))
+    for i in range(len(f)):
+        alone = collate(f, np.array([i]))
+        ref = model(alone["input_ids"], alone["attention_mask"], alone["token_type_ids"])[0]
+        np.testing.assert_allclose(out[i], ref.detach().numpy(), atol=1e-5)
