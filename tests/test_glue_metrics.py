@@ -122,7 +122,9 @@ def test_chance_check():
     assert chance_check(near, gold, train, False, "accuracy").at_chance
     cola = chance_check(np.array([0, 1] * 50), gold, train, False, "mcc")  # independent of gold: MCC 0
     assert cola.metric == "mcc" and cola.at_chance and cola.margin == pytest.approx(20.0)
-    x = rng.normal(size=400)
-    assert chance_check(rng.normal(size=400), x, x, True, "spearman").at_chance
+    x, z = rng.normal(size=400), rng.normal(size=400)
+    xc = x - x.mean()
+    unrelated = z - (z @ xc) / (xc @ xc) * xc  # Pearson exactly 0 with x
+    assert chance_check(unrelated, x, x, True, "spearman").at_chance
     assert not chance_check(x + 0.3 * rng.normal(size=400), x, x, True, "spearman").at_chance
     assert "AT CHANCE" in constant.describe() and "one class" in constant.describe()
