@@ -17,6 +17,15 @@ from electra.model import ElectraModel
 from tests.test_glue_fixtures import make_run, make_tokenizer, tiny_model_config, write_custom_task
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Two shared cores: one intra-op thread is faster for these tiny matrices than two fighting threads."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def _model(head: str, num_outputs: int = 2, **sizes) -> GlueModel:
     cfg = tiny_model_config(**sizes)
     return GlueModel(ElectraModel(cfg), cfg, head, num_outputs).eval()
@@ -135,21 +144,12 @@ def test_every_parameter_receives_a_gradient(tmp_path, head):
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-@pytest.fixture
-def one_thread():
-    """Two shared cores: one intra-op thread is faster for these tiny matrices than two fighting threads."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("run") / "run")
 
 
-def test_finetuning_learns_a_learnable_task(tmp_path, run, one_thread):
+def test_finetuning_learns_a_learnable_task(tmp_path, run):
     """The signal-word task goes from chance to high dev accuracy in a few hundred steps, seed-deterministic."""
     specs, _ = resolve_tasks(str(write_custom_task(tmp_path, n_train=256, n_dev=64)), None)
     pre = load_pretrained(str(run))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import rankdata
 
 
 def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
@@ -40,8 +39,17 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     return 0.0 if denom == 0 else 100.0 * float(dx @ dy / denom)
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, tied values sharing their mean rank (scipy.stats.rankdata's default)."""
+    x = np.asarray(x)
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
+    _, group, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.bincount(group, weights=ranks) / counts)[group]
+
+
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    return pearson(rankdata(x), rankdata(y))  # average ranks for ties, as scipy.stats.spearmanr
+    return pearson(average_ranks(x), average_ranks(y))
 
 
 METRIC_FUNCTIONS = {"mcc": mcc, "accuracy": accuracy, "f1": f1, "pearson": pearson, "spearman": spearman}

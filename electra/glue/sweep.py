@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from electra.checkpoint import write_atomic
-from electra.glue.finetune import FinetuneConfig, Prepared, finetune, load_pretrained, prepare
+from electra.glue.finetune import FinetuneConfig, Prepared, Pretrained, finetune, load_pretrained, prepare
 from electra.glue.heads import HEADS
 from electra.glue.loading import load_task
 from electra.glue.optim import CONVENTIONS
@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     data = {s.task.name: load_task(s, with_test=cfg.predict_test) for s in specs}
     for name, d in data.items():
         print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
+    pending = [(t, s) for t in data for s in seeds if not (run_dir(out, t, s) / "result.json").exists()]
+    pretrained = load_pretrained(args.model, args.tokenizer) if pending else None  # a bad model fails now
     devices = args.devices.split(",") if args.devices else []
     workers = len(devices) if devices else args.num_workers
     if workers > 1 and not getattr(args, "worker", False):
@@ -134,17 +136,20 @@ def run(args: argparse.Namespace) -> int:
             finish(out, cfg, header)
             return 1
     else:
-        work(out, args, cfg, header, data, seeds, resolve_device(args.device))
+        work(out, args, cfg, header, data, seeds, resolve_device(args.device), pretrained)
     return finish(out, cfg, header)
 
 
-def work(out: Path, args, cfg: FinetuneConfig, header: dict, data: dict, seeds: list[int], device) -> None:
+def work(
+    out: Path, args, cfg: FinetuneConfig, header: dict, data: dict, seeds: list[int], device,
+    pretrained: Pretrained | None = None,
+) -> None:  # fmt: skip
     """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process."""
     todo = [(t, s) for t in data for s in seeds]
     done = [(t, s) for t, s in todo if (run_dir(out, t, s) / "result.json").exists()]
     if done:
         print(f"skipping {len(done)} finished run(s) in {out}")
-    pretrained, prepared, finished = None, {}, 0
+    prepared, finished = {}, 0
     for i, (task, seed) in enumerate(todo, 1):
         rdir = run_dir(out, task, seed)
         if (rdir / "result.json").exists() or not claim(rdir):
@@ -155,7 +160,8 @@ def work(out: Path, args, cfg: FinetuneConfig, header: dict, data: dict, seeds: 
             if task not in prepared:
                 prepared[task] = prepare(data[task], pretrained.tokenizer, cfg)
             record = finetune(prepared[task], pretrained, cfg, seed, device, rdir, progress=not args.no_progress)
-            record.update(fingerprint=header["fingerprint"], config=dataclasses.asdict(cfg), model=args.model)
+            record.update(fingerprint=header["fingerprint"], config=dataclasses.asdict(cfg), model=args.model,
+                          worker={"pid": os.getpid(), "host": socket.gethostname()})
             write_atomic(rdir / "result.json", json.dumps(record, indent=1) + "\n")
             (rdir / "failed.json").unlink(missing_ok=True)
             print(f"[{i}/{len(todo)}] {summary_line(record, prepared[task])}", flush=True)

@@ -1,0 +1,204 @@
+"""`electra glue` end to end on CPU: the files a sweep writes, resume after a stop and after a kill, several
+worker processes sharing one --out, bad input, the GLUE submission, and a short run on the real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from electra.cli import main
+from tests.test_glue_fixtures import GLUE_DATA, make_run, write_custom_task, write_glue
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # two shared cores: no thread fights
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Two shared cores: one intra-op thread is faster for these tiny matrices than two fighting threads."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    return {"glue": write_glue(root / "glue"), "run": make_run(root / "run"), "custom": write_custom_task(root)}
+
+
+def glue_args(world, out, tasks, *extra):
+    return ["glue", "--model", str(world["run"]), "--glue-dir", str(world["glue"]), "--tasks", tasks,
+            "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+def results(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
+    out = tmp_path / "out"
+    tasks = f"rte,mrpc,stsb,mnli,cola,{world['custom']}"
+    assert main(glue_args(world, out, tasks, "--seeds", "2", "--max-steps", "2", "--predict-test")) == 0
+    r = results(out)
+    assert set(r) == {"tasks", "scores", "missing"}
+    assert list(r["tasks"]) == ["cola", "mrpc", "stsb", "mnli", "rte", "syn-agree"]
+    expected_metrics = {"cola": ["mcc"], "mrpc": ["f1", "accuracy"], "stsb": ["pearson", "spearman"],
+                        "mnli": ["accuracy_m", "accuracy_mm"], "rte": ["accuracy"], "syn-agree": ["accuracy", "mcc"]}
+    for task, entry in r["tasks"].items():
+        assert set(entry) == {"n_train", "n_eval", "metrics"}
+        assert list(entry["metrics"]) == expected_metrics[task]
+        assert (entry["n_train"], entry["n_eval"]) == {"mnli": (32, 32), "syn-agree": (64, 32)}.get(task, (32, 16))
+        for metric, s in entry["metrics"].items():
+            assert set(s) == {"median", "mean", "std", "min", "max", "n"} and s["n"] == 2
+            low = 0 if metric.startswith(("accuracy", "f1")) else -100  # correlations can be negative
+            assert low <= s["min"] <= s["median"] <= s["max"] <= 100 and s["std"] >= 0
+    assert r["scores"] == {"paper": None, "glue": None, "study": None}  # required tasks are missing
+    assert r["missing"] == ["sst2", "qqp", "qnli", "wnli"]
+    record = json.loads((out / "runs" / "rte" / "seed1" / "result.json").read_text())
+    assert record["steps"] == 2 and record["seed"] == 1 and record["config"]["max_steps"] == 2
+    assert not (out / "runs" / "rte" / "seed1" / "claim").exists()
+    md = (out / "results.md").read_text()
+    assert "n/a (missing: sst2, qqp, qnli, wnli)" in md and "| rte | accuracy |" in md
+    assert (out / "results.csv").read_text().splitlines()[0].startswith("task,metric,n,median")
+    printed = capsys.readouterr().out
+    assert printed.count("] rte seed") == 2 and "## Aggregate scores" in printed  # a line per run, then the report
+
+    with zipfile.ZipFile(out / "glue_submission.zip") as z:
+        names = sorted(z.namelist())
+        assert names == sorted(["CoLA.tsv", "MRPC.tsv", "STS-B.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv", "RTE.tsv"])
+        files = {n: z.read(n).decode().splitlines() for n in names}
+    allowed = {"CoLA.tsv": {"0", "1"}, "MRPC.tsv": {"0", "1"}, "RTE.tsv": {"entailment", "not_entailment"},
+               "MNLI-m.tsv": {"entailment", "neutral", "contradiction"}}  # fmt: skip
+    allowed["MNLI-mm.tsv"] = allowed["AX.tsv"] = allowed["MNLI-m.tsv"]
+    for name, lines in files.items():
+        assert lines[0] == "index\tprediction" and [x.split("\t")[0] for x in lines[1:]] == [str(i) for i in range(8)]
+        values = [x.split("\t")[1] for x in lines[1:]]
+        if name == "STS-B.tsv":
+            assert all(0.0 <= float(v) <= 5.0 and len(v.split(".")[1]) == 3 for v in values)
+        else:
+            assert set(values) <= allowed[name], name
+    chosen = json.loads((out / "submission.json").read_text())
+    assert chosen["missing"] == ["SST-2.tsv", "QQP.tsv", "QNLI.tsv", "WNLI.tsv"]
+
+
+def test_stopped_sweep_resumes_with_only_the_remaining_runs(world, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = glue_args(world, out, "rte,wnli", "--seeds", "2", "--max-steps", "2")
+    assert main([*args, "--stop-after", "1"]) == 0
+    first = out / "runs" / "rte" / "seed0" / "result.json"
+    assert [p.parent.name for p in out.glob("runs/*/*/result.json")] == ["seed0"]
+    assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 1  # the report is there already
+    before = (first.read_bytes(), first.stat().st_mtime_ns)
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "skipping 1 finished run(s)" in printed and printed.count("] rte seed") == 1
+    assert (first.read_bytes(), first.stat().st_mtime_ns) == before  # untouched
+    r = results(out)
+    assert [r["tasks"][t]["metrics"]["accuracy"]["n"] for t in ("rte", "wnli")] == [2, 2]
+    # other hyperparameters into the same folder would mix configurations: refused, nothing lost
+    assert main([*args[:-1], "3"]) == 2
+    assert "holds runs with other settings" in capsys.readouterr().err and first.read_bytes() == before[0]
+
+
+def test_killed_sweep_resumes(world, tmp_path, capsys):
+    """SIGKILL the sweep process right after its first run finished, while the second is training; the rerun
+    takes over the dead process's claim, redoes only what is missing, and reports every run."""
+    out = tmp_path / "out"
+    args = glue_args(world, out, "rte", "--seeds", "3", "--batch-size", "2", "--max-steps", "40")
+    proc = subprocess.Popen([sys.executable, "-m", "electra.cli", *args], env=ENV, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    first = out / "runs" / "rte" / "seed0" / "result.json"
+    claim = out / "runs" / "rte" / "seed1" / "claim"
+    deadline = time.time() + 120
+    while not (first.exists() and claim.exists()) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert first.exists(), "the first run did not finish in time"
+    done_before = sorted(p.parent.name for p in out.glob("runs/rte/*/result.json"))
+    assert done_before == ["seed0"]
+    assert json.loads(claim.read_text())["pid"] == proc.pid  # left behind by the killed process
+    before = first.read_bytes()
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "skipping 1 finished run(s)" in printed
+    assert "rte seed 0:" not in printed and "rte seed 1:" in printed and "rte seed 2:" in printed
+    assert first.read_bytes() == before and not claim.exists()
+    assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 3
+
+
+def test_worker_processes_share_one_out(world, tmp_path):
+    out = tmp_path / "out"
+    args = glue_args(world, out, "wnli", "--seeds", "4", "--max-steps", "2", "--num-workers", "2")
+    proc = subprocess.Popen([sys.executable, "-m", "electra.cli", *args], env=ENV, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("runs/wnli/*/result.json"))]
+    assert sorted(r["seed"] for r in records) == [0, 1, 2, 3] and not list(out.glob("runs/*/*/claim"))
+    pids = {r["worker"]["pid"] for r in records}
+    assert proc.pid not in pids and 1 <= len(pids) <= 2  # the runs were done by the worker processes
+    assert stdout.count("] wnli seed") == 4  # each run exactly once
+    assert results(out)["tasks"]["wnli"]["metrics"]["accuracy"]["n"] == 4
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (("--tasks", "rte,cols"), "unknown task 'cols'"),
+        (("--model", "MODEL_IS_GLUE"), "no complete checkpoint found"),
+        (("--seeds", "two"), "--seeds 'two'"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_problem(world, tmp_path, capsys, change, message):
+    args = glue_args(world, tmp_path / "out", "rte", "--seeds", "1", "--max-steps", "1")
+    value = str(world["glue"]) if change[1] == "MODEL_IS_GLUE" else change[1]
+    args[args.index(change[0]) + 1] = value
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_malformed_row_fails_before_training_and_keeps_finished_runs(world, tmp_path, capsys):
+    import shutil
+
+    glue = tmp_path / "glue"
+    shutil.copytree(world["glue"], glue)
+    out = tmp_path / "out"
+    args = ["glue", "--model", str(world["run"]), "--glue-dir", str(glue), "--tasks", "rte,wnli", "--seeds", "1",
+            "--out", str(out), "--max-steps", "1", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    with open(glue / "WNLI" / "dev.tsv", "a") as f:
+        f.write("99\tonly one sentence\t1\n")
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "WNLI/dev.tsv:18: 3 columns, expected 4 (task wnli)" in capsys.readouterr().err
+    assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 1
+    assert main(["glue", "--model", "x", "--tasks", "rte", "--out", str(out), "--report-only"]) == 0
+
+
+@pytest.mark.skipif(not GLUE_DATA.is_dir(), reason="shared GLUE data not present")
+def test_short_run_on_the_real_files(world, tmp_path):
+    out = tmp_path / "out"
+    args = ["glue", "--model", str(world["run"]), "--glue-dir", str(GLUE_DATA), "--tasks", "wnli,rte",
+            "--seeds", "1", "--out", str(out), "--max-steps", "3", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    tasks = results(out)["tasks"]
+    assert (tasks["wnli"]["n_train"], tasks["wnli"]["n_eval"]) == (635, 71)
+    assert (tasks["rte"]["n_train"], tasks["rte"]["n_eval"]) == (2490, 277)
+    record = json.loads((out / "runs" / "rte" / "seed0" / "result.json").read_text())
+    assert record["steps"] == 3 and record["chance"]["baseline"] == pytest.approx(100 * 146 / 277)
