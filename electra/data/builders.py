@@ -108,10 +108,12 @@ class DynamicSource:
     the way "one draw per document per epoch" would under-sample it. The order within an epoch is a keyed
     permutation of those draws.
 
-    Which window: the start is uniform over every window that overlaps the document, including those hanging
+    Which window: the start is random over every window that overlaps the document, including those hanging
     off either end, then shifted inside it. A plain uniform start in [0, len - window] would show the first and
     last tokens of a document ~window times less often than the middle; this way every token is covered with
     probability >= window / (len + window - 1) per draw, so over training every part of every document is seen.
+    The k draws of a document in one epoch are stratified: draw j takes its start from the j-th of k equal parts
+    of that range, so one epoch spreads its windows over the whole document instead of clustering them.
 
     Short documents (fewer tokens than a window) are padded, not packed: each row is one document, so no
     attention crosses documents and an example depends on one document only. The cost is padding, which is small
@@ -127,21 +129,27 @@ class DynamicSource:
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.doc_start = corpus.doc_offsets[self.doc_ids]
         self.doc_len = corpus.doc_offsets[self.doc_ids + 1] - self.doc_start
-        draws_per_doc = np.maximum(1, -(-self.doc_len // self.window))
-        self._draw_ends = np.cumsum(draws_per_doc)  # (D,) draw j belongs to the first doc with end > j
+        self.draws_per_doc = np.maximum(1, -(-self.doc_len // self.window))
+        self._draw_ends = np.cumsum(self.draws_per_doc)  # (D,) draw j belongs to the first doc with end > j
         self.epoch_size = int(self._draw_ends[-1])
+
+    def draw_index(self, example_ids: np.ndarray) -> np.ndarray:
+        """Which of the epoch's draws each id is: distinct ids within an epoch get distinct draws."""
+        epoch, pos = np.divmod(np.asarray(example_ids, dtype=np.int64), self.epoch_size)
+        return keyed_permutation(pos, self.epoch_size, keyed_hash(self.seed, epoch, STREAM_ORDER))
 
     def draws(self, example_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(doc, start, length) of each example: an index into `doc_ids`, the window start within that document,
         and the window length (< window only for a short document)."""
         ids = np.asarray(example_ids, dtype=np.int64)
-        epoch, pos = np.divmod(ids, self.epoch_size)
-        draw = keyed_permutation(pos, self.epoch_size, keyed_hash(self.seed, epoch, STREAM_ORDER))
+        draw = self.draw_index(ids)
         doc = np.searchsorted(self._draw_ends, draw, side="right")
+        k = self.draws_per_doc[doc]
+        j = draw - (self._draw_ends[doc] - k)  # this draw's stratum among the document's k
         length = np.minimum(self.doc_len[doc], self.window)
-        # uniform over the len + window - 1 overlapping windows, then shifted inside the document
-        overlapping = self.doc_len[doc] + self.window - 1
-        s = (_uniform(keyed_hash(self.seed, ids, STREAM_OFFSET)) * overlapping).astype(np.int64) - (self.window - 1)
+        overlapping = self.doc_len[doc] + self.window - 1  # starts in [-(window - 1), len - 1]
+        u = (j + _uniform(keyed_hash(self.seed, ids, STREAM_OFFSET))) / k  # uniform within stratum j
+        s = (u * overlapping).astype(np.int64) - (self.window - 1)
         start = np.clip(s, 0, self.doc_len[doc] - length)
         return doc, start, length
 

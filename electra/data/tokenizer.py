@@ -1,4 +1,4 @@
-"""Tokenizers: loading an existing one (ours, or a BERT `vocab.txt`). Training is added below.
+"""Tokenizers: loading an existing one (ours, or a BERT `vocab.txt`), training a new one, `electra tokenizer`.
 
 Special tokens and their ids are fixed for tokenizers we train: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
 A BERT vocab.txt keeps its own ids ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103).
@@ -6,11 +6,17 @@ A BERT vocab.txt keeps its own ids ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [M
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
+import time
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from electra.data import TokenizerInfo
+
+log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -55,3 +61,116 @@ def tokenizer_info(path: str | Path) -> TokenizerInfo:
         pad_id=ids["[PAD]"], unk_id=ids["[UNK]"], cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"],
         path=folder,
     )  # fmt: skip
+
+
+# -- training ---------------------------------------------------------------------------------------------------
+
+
+def new_tokenizer(kind: str) -> Tokenizer:
+    """An untrained tokenizer of `kind`: "bpe" (byte-level, cased: the study) or "wordpiece" (uncased: OFF)."""
+    from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+    if kind == "bpe":
+        # RoBERTa/GPT-2 style: no normalisation, so case and accents are kept and any byte is representable.
+        # add_prefix_space: a word gets the same tokens at the start of a text as after a space.
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        # the prefix space is an encoding device, not text: strip it again when decoding
+        tok.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
+    elif kind == "wordpiece":
+        # BERT uncased: lower-case, strip accents, split on whitespace and punctuation, "##" continuations.
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True, clean_text=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+    else:
+        raise ValueError(f"unknown tokenizer kind {kind!r}: expected 'bpe' or 'wordpiece'")
+    return tok
+
+
+def add_post_processor(tok: Tokenizer) -> None:
+    """[CLS] A [SEP] and [CLS] A [SEP] B [SEP] with token type ids 0 / 1, as BERT and ELECTRA expect."""
+    from tokenizers import processors
+
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+
+
+def train_tokenizer(
+    kind: str, vocab_size: int, inputs: list[str], out_dir: str | Path, show_progress: bool = True
+) -> Path:
+    """Train on .txt/.jsonl files, folders or a hub dataset (see sources.py); write out_dir/tokenizer.json.
+
+    The special tokens come first, so [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 whatever the data.
+    """
+    from tokenizers import pre_tokenizers, trainers
+    from tqdm import tqdm
+
+    from electra.data.sources import ReadStats, read_documents, resolve_inputs
+
+    if vocab_size < 300:
+        raise ValueError(f"--vocab-size {vocab_size} is too small: use at least 300 (256 bytes + 5 special tokens)")
+    resolved = resolve_inputs(inputs)
+    tok = new_tokenizer(kind)
+    common = dict(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=show_progress)
+    if kind == "bpe":
+        trainer = trainers.BpeTrainer(initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **common)
+    else:
+        trainer = trainers.WordPieceTrainer(continuing_subword_prefix="##", **common)
+    stats = ReadStats()
+    total = sum(Path(i.name).stat().st_size for i in resolved if i.kind != "hf") or None
+    with tqdm(total=total, unit="B", unit_scale=True, desc="reading", disable=not show_progress) as bar:
+
+        def batches():
+            # Lists of lines: the trainer pre-tokenizes each batch in parallel in Rust.
+            batch, seen = [], 0
+            for doc in read_documents(resolved, stats):
+                batch += doc
+                if len(batch) >= 1000:
+                    yield batch
+                    batch = []
+                    bar.update(stats.bytes - seen)
+                    seen = stats.bytes
+            yield batch
+            bar.update(stats.bytes - seen)
+
+        tok.train_from_iterator(batches(), trainer=trainer)
+    for i, token in enumerate(SPECIAL_TOKENS):
+        assert tok.token_to_id(token) == i, f"{token} should have id {i}"
+    add_post_processor(tok)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".tokenizer.json.tmp-{os.getpid()}"
+    tok.save(str(tmp), pretty=True)
+    os.replace(tmp, out_dir / "tokenizer.json")  # atomic: a reader never sees half a file
+    if stats.replaced_chars:
+        log.warning("%d invalid UTF-8 sequences replaced (first at %s)", stats.replaced_chars, stats.first_replacement)
+    log.info("trained %s tokenizer: %d tokens from %d documents (%.1f MB)", kind, tok.get_vocab_size(),
+             stats.documents, stats.bytes / 1e6)  # fmt: skip
+    return out_dir / "tokenizer.json"
+
+
+# -- the `electra tokenizer` command ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("train", help="train a tokenizer and write OUT/tokenizer.json")
+    kinds = "bpe: byte-level BPE, cased (the study); wordpiece: uncased WordPiece (the original)"
+    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help=kinds)
+    p.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size, special tokens included")
+    p.add_argument("--out", required=True, help="output folder (tokenizer.json is written into it)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "train":
+        start = time.perf_counter()
+        path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet)
+        print(f"wrote {path} ({load_tokenizer(path).get_vocab_size()} tokens) in {time.perf_counter() - start:.1f}s")
+    return 0

@@ -1,0 +1,289 @@
+"""`electra data prepare`: raw text -> a tokenized, memory-mapped corpus folder (format: see corpus.py).
+
+    electra data prepare --tokenizer TOKENIZER_DIR --out DATA_DIR corpus/*.txt
+
+Pipeline: the main process reads documents (sources.py) and cuts them into ~2 MB batches of whole documents;
+worker processes (all cores) encode the batches (encoding.py); the main process appends the ids to tokens.bin in
+input order, so the result does not depend on the number of workers.
+
+The folder is keyed by source + tokenizer: metadata.json records the tokenizer's sha256 and a fingerprint of the
+inputs. Preparing into a folder made from other inputs or with another tokenizer fails (or, with --overwrite,
+replaces it); the same inputs and tokenizer again is a no-op. Everything is written into a temporary sibling
+folder that is renamed into place only when complete, so an interrupted run or a full disk leaves no
+half-written set that looks complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from electra.data.corpus import (
+    DOCS_FILE,
+    FORMAT_VERSION,
+    LINES_FILE,
+    META_FILE,
+    TOKENIZER_FILE,
+    TOKENS_FILE,
+    file_sha256,
+    read_metadata,
+)
+from electra.data.sources import Input, ReadStats, read_documents, resolve_inputs
+
+log = logging.getLogger(__name__)
+BATCH_BYTES = 2 << 20  # text per worker task: large enough to amortise pickling, small enough to pipeline
+UINT16_MAX_VOCAB = 1 << 16
+
+_encoder = None  # the worker process's LineEncoder
+
+
+def _init_worker(tokenizer_json: str, in_pool: bool = True) -> None:
+    global _encoder
+    if in_pool:  # one process per core already: no nested thread pools
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from electra.data.encoding import LineEncoder
+
+    _encoder = LineEncoder(tokenizer_json)
+
+
+def _encode_batch(lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    return _encoder.encode(lines)
+
+
+def _batches(docs: Iterator[list[str]]) -> Iterator[tuple[list[str], list[int]]]:
+    """(lines, lines per document) batches of whole documents, ~BATCH_BYTES of text each."""
+    lines: list[str] = []
+    counts: list[int] = []
+    size = 0
+    for doc in docs:
+        lines += doc
+        counts.append(len(doc))
+        size += sum(map(len, doc))
+        if size >= BATCH_BYTES:
+            yield lines, counts
+            lines, counts, size = [], [], 0
+    if lines:
+        yield lines, counts
+
+
+def source_fingerprint(inputs: list[Input]) -> str:
+    """sha256 over each input's resolved path, size and modification time (hub datasets: their name)."""
+    parts = []
+    for inp in inputs:
+        if inp.kind == "hf":
+            parts.append(["hf", inp.name])
+        else:
+            st = Path(inp.name).stat()
+            parts.append([str(Path(inp.name).resolve()), st.st_size, st.st_mtime_ns])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _tokenizer_json(tokenizer: str | Path) -> str:
+    """The tokenizer as tokenizer.json text (a BERT vocab.txt is converted), to store beside the data."""
+    from electra.data.tokenizer import load_tokenizer
+
+    path = Path(tokenizer)
+    file = path / TOKENIZER_FILE if path.is_dir() else path
+    if file.name == TOKENIZER_FILE and file.exists():
+        load_tokenizer(file)  # validates it
+        return file.read_text(encoding="utf-8")
+    return load_tokenizer(path).to_str(pretty=True)
+
+
+def _check_existing(out: Path, tok_sha: str, fingerprint: str, overwrite: bool) -> dict | None:
+    """The metadata of `out` if it is already this exact preparation; raise if it holds anything else."""
+    if not out.exists() or overwrite:
+        return None
+    if not (out / META_FILE).exists():
+        if out.is_dir() and not any(out.iterdir()):
+            return None
+        raise ValueError(f"{out}: exists and is not a prepared corpus; choose another --out")
+    try:
+        meta = read_metadata(out)
+    except ValueError as err:
+        raise ValueError(f"{err} (or pass --overwrite)") from None
+    if meta.get("tokenizer_sha256") != tok_sha:
+        raise ValueError(
+            f"{out}: prepared with another tokenizer (sha256 {meta.get('tokenizer_sha256', '?')[:12]}, "
+            f"this one is {tok_sha[:12]}); use another --out, or --overwrite to replace it"
+        )
+    if meta.get("source_fingerprint") != fingerprint:
+        raise ValueError(f"{out}: prepared from other inputs; use another --out, or --overwrite to replace it")
+    return meta
+
+
+def prepare(
+    inputs: list[str],
+    tokenizer: str | Path,
+    out_dir: str | Path,
+    workers: int | None = None,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> dict:
+    """Tokenize `inputs` with `tokenizer` into `out_dir`; returns the metadata written (or found up to date)."""
+    from tqdm import tqdm
+
+    start_time = time.perf_counter()
+    out = Path(out_dir)
+    resolved = resolve_inputs(inputs)
+    tok_json = _tokenizer_json(tokenizer)
+    tok_sha = hashlib.sha256(tok_json.encode("utf-8")).hexdigest()
+    fingerprint = source_fingerprint(resolved)
+    existing = _check_existing(out, tok_sha, fingerprint, overwrite)
+    if existing is not None:
+        log.info("%s: already prepared from these inputs with this tokenizer; nothing to do", out)
+        return existing
+
+    from tokenizers import Tokenizer
+
+    vocab_size = Tokenizer.from_str(tok_json).get_vocab_size()
+    dtype = np.dtype(np.uint16 if vocab_size <= UINT16_MAX_VOCAB else np.uint32)
+    workers = workers or len(os.sched_getaffinity(0))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    stats = ReadStats()
+    line_lengths: list[np.ndarray] = []
+    doc_line_counts: list[np.ndarray] = []
+    num_tokens = empty_after_tokenizing = 0
+    total_bytes = sum(Path(i.name).stat().st_size for i in resolved if i.kind != "hf") or None
+    try:
+        with (
+            open(tmp / TOKENS_FILE, "wb") as f,
+            tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not show_progress) as bar,
+        ):
+            for (ids, lengths), counts in _encode_in_order(read_documents(resolved, stats), tok_json, workers):
+                # lines that tokenize to nothing (e.g. only control characters) are dropped, and so are
+                # documents left without lines; the counts say how many
+                keep = lengths > 0
+                per_doc = np.bincount(np.repeat(np.arange(len(counts)), counts)[keep], minlength=len(counts))
+                empty_after_tokenizing += int((per_doc == 0).sum())
+                doc_line_counts.append(per_doc[per_doc > 0])
+                line_lengths.append(lengths[keep])
+                f.write(np.ascontiguousarray(ids, dtype=dtype).data)  # (ndarray.tofile hides the errno)
+                num_tokens += len(ids)
+                bar.update(stats.bytes - bar.n)
+                bar.set_postfix_str(f"{num_tokens / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s")
+        if num_tokens == 0:
+            raise ValueError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
+        line_offsets = np.concatenate([[0], np.cumsum(np.concatenate(line_lengths))]).astype(np.int64)
+        line_counts = np.concatenate(doc_line_counts)
+        doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
+        np.save(tmp / DOCS_FILE, doc_offsets)
+        np.save(tmp / LINES_FILE, line_offsets)
+        (tmp / TOKENIZER_FILE).write_text(tok_json, encoding="utf-8")
+        elapsed = time.perf_counter() - start_time
+        doc_lengths = np.diff(doc_offsets)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "num_documents": len(doc_offsets) - 1,
+            "num_tokens": int(num_tokens),
+            "num_lines": len(line_offsets) - 1,
+            "dtype": dtype.name,
+            "vocab_size": vocab_size,
+            "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
+            "source_fingerprint": fingerprint,
+            "sources": [i.name for i in resolved],
+            "bytes": stats.bytes,
+            "empty_documents": stats.empty_documents + empty_after_tokenizing,
+            "replaced_invalid_utf8": stats.replaced_chars,
+            "first_invalid_utf8": stats.first_replacement,
+            "document_tokens": {
+                "min": int(doc_lengths.min()),
+                "median": float(np.median(doc_lengths)),
+                "mean": float(doc_lengths.mean()),
+                "max": int(doc_lengths.max()),
+            },  # fmt: skip
+            "elapsed_s": round(elapsed, 2),
+            "tokens_per_s": round(num_tokens / elapsed),
+            "workers": workers,
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")  # written last: marks the set complete
+        _replace_dir(tmp, out)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise OSError(err.errno, f"{out}: disk full while writing ({err.strerror}); nothing was kept") from err
+        raise
+    return meta
+
+
+def _encode_in_order(docs: Iterator[list[str]], tok_json: str, workers: int):
+    """((ids, line lengths), lines per document) per batch, in input order; `workers` processes at a time."""
+    if workers <= 1:  # in this process; HF still encodes new words on all cores
+        _init_worker(tok_json, in_pool=False)
+        for lines, counts in _batches(docs):
+            yield _encode_batch(lines), counts
+        return
+    import multiprocessing
+
+    # "spawn": workers start clean, whatever threads the parent holds (fork with threads can deadlock)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(tok_json,)) as pool:
+        pending: deque = deque()  # at most 2 batches per worker in flight: bounded memory, workers never idle
+        for lines, counts in _batches(docs):
+            pending.append((pool.submit(_encode_batch, lines), counts))
+            if len(pending) >= 2 * workers:
+                future, c = pending.popleft()
+                yield future.result(), c
+        while pending:
+            future, c = pending.popleft()
+            yield future.result(), c
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished `tmp` to `out`, replacing an older `out` only once the new one is complete."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+
+
+def summary(meta: dict, out: str | Path) -> str:
+    s = (
+        f"prepared {out}: {meta['num_documents']:,} documents, {meta['num_tokens']:,} tokens ({meta['dtype']}), "
+        f"{meta['bytes'] / 1e6:.1f} MB of text in {meta['elapsed_s']:.1f}s "
+        f"({meta['tokens_per_s'] / 1e6:.2f}M tokens/s, {meta['workers']} workers)"
+    )
+    if meta["empty_documents"]:
+        s += f"; {meta['empty_documents']} empty documents skipped"
+    if meta["replaced_invalid_utf8"]:
+        s += f"; {meta['replaced_invalid_utf8']} invalid UTF-8 sequences replaced (first: {meta['first_invalid_utf8']})"
+    return s
+
+
+# -- the `electra data` command ---------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("prepare", help="tokenize text into a memory-mapped pretraining corpus folder")
+    p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt)")
+    p.add_argument("--out", required=True, help="output folder (created atomically)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
+    p.add_argument("--workers", type=int, default=None, help="tokenizer processes (default: all cores)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "prepare":
+        meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet)
+        print(summary(meta, args.out))
+    return 0

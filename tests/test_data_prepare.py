@@ -1,0 +1,188 @@
+"""`electra data prepare`: the prepared folder's contents, its keying by source + tokenizer, and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from electra.cli import main
+from electra.data.corpus import META_FILE, open_corpus
+from electra.data.prepare import prepare
+from electra.data.synthetic import write_synthetic_text
+from electra.data.tokenizer import add_post_processor, load_tokenizer, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+ENGLISH = [
+    "Anarchism is a political philosophy that advocates self-governed societies.",
+    "The term was first used in 1642; Proudhon adopted it in 1840 (in France).",
+    "Naïve café owners in Zürich serve crème brûlée to 13,960 guests.",
+]
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tok")
+    text = folder / "train.txt"
+    write_synthetic_text(text, num_documents=30)
+    text.write_text(text.read_text() + "\n" + "\n".join(ENGLISH * 20) + "\n")
+    return train_tokenizer("bpe", 500, [str(text)], folder / "bpe", show_progress=False).parent
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "docs.txt").write_text(f"{ENGLISH[0]}\n{ENGLISH[1]}\n\n\n{ENGLISH[2]}\n")  # 2 docs, 3 lines
+    (folder / "one_doc.txt").write_text("A single document.\nWithout blank lines.\n")
+    rows = [{"text": "Json document one.\nSecond line."}, {"text": ""}, {"text": "Json two."}]
+    (folder / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return folder
+
+
+def test_prepared_folder_holds_every_line_exactly(tok_dir, inputs, tmp_path):
+    meta = prepare([str(inputs)], tok_dir, tmp_path / "out", workers=1, show_progress=False)
+    corpus, meta2 = open_corpus(tmp_path / "out")
+    assert meta == meta2
+    # docs.txt: 2 documents; one_doc.txt: 1; rows.jsonl: 2 (the empty one is counted, not kept)
+    assert meta["num_documents"] == corpus.num_documents == 5
+    assert meta["empty_documents"] == 1
+    assert meta["num_tokens"] == corpus.num_tokens == len(corpus.tokens)
+    assert meta["dtype"] == "uint16" and corpus.tokens.dtype == np.uint16
+    tok = load_tokenizer(tmp_path / "out")  # the copy inside the folder
+    # files are read in sorted order: docs.txt, one_doc.txt, rows.jsonl
+    lines = [*ENGLISH, "A single document.", "Without blank lines.", "Json document one.", "Second line.", "Json two."]
+    offsets = corpus.line_offsets
+    assert len(offsets) - 1 == meta["num_lines"] == len(lines)
+    for i, line in enumerate(lines):
+        assert tok.decode(corpus.tokens[offsets[i] : offsets[i + 1]].tolist()) == line
+    assert list(np.searchsorted(offsets, corpus.doc_offsets)) == [0, 2, 3, 5, 7, 8]
+
+
+def test_parallel_workers_give_identical_files(tok_dir, tmp_path):
+    text = tmp_path / "syn.txt"
+    write_synthetic_text(text, num_documents=400)
+    prepare([str(text)], tok_dir, tmp_path / "w1", workers=1, show_progress=False)
+    prepare([str(text)], tok_dir, tmp_path / "w2", workers=2, show_progress=False)
+    for name in ("tokens.bin", "documents.npy", "lines.npy", "tokenizer.json"):
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+
+
+def test_same_source_and_tokenizer_is_reused_another_tokenizer_is_refused(tok_dir, inputs, tmp_path):
+    out = tmp_path / "out"
+    first = prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)
+    stamp = (out / "tokens.bin").stat().st_mtime_ns
+    assert prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False) == first
+    assert (out / "tokens.bin").stat().st_mtime_ns == stamp  # not rewritten
+    other = train_tokenizer("wordpiece", 300, [str(inputs)], tmp_path / "wp", show_progress=False).parent
+    with pytest.raises(ValueError, match="another tokenizer"):
+        prepare([str(inputs)], other, out, workers=1, show_progress=False)
+    with pytest.raises(ValueError, match="other inputs"):
+        prepare([str(inputs / "docs.txt")], tok_dir, out, workers=1, show_progress=False)
+    meta = prepare([str(inputs)], other, out, workers=1, overwrite=True, show_progress=False)
+    assert meta["tokenizer_sha256"] != first["tokenizer_sha256"]
+    assert open_corpus(out)[1] == meta
+
+
+def test_older_format_or_tampered_tokenizer_is_refused(tok_dir, inputs, tmp_path):
+    out = tmp_path / "out"
+    prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)
+    (out / "tokenizer.json").write_text((out / "tokenizer.json").read_text().replace('"[MASK]"', '"[MASK2]"'))
+    with pytest.raises(ValueError, match="does not match the tokenizer hash"):
+        open_corpus(out)
+    meta = json.loads((out / META_FILE).read_text())
+    meta["format_version"] = 0
+    (out / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="format version 0"):
+        open_corpus(out)
+    with pytest.raises(ValueError, match="format version 0"):
+        prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)
+
+
+def test_invalid_utf8_is_replaced_and_counted_with_its_line(tok_dir, tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"good line\n\nsecond doc \xff\xfe here\nand \xe2\x82 cut\n\xef\xbf\xbd is a real U+FFFD\n")
+    meta = prepare([str(path)], tok_dir, tmp_path / "out", workers=1, show_progress=False)
+    assert meta["replaced_invalid_utf8"] == 3  # \xff, \xfe, and the truncated \xe2\x82
+    assert meta["first_invalid_utf8"] == f"{path}:3"
+    assert meta["num_documents"] == 2 and meta["num_lines"] == 4
+
+
+def test_a_vocabulary_too_large_for_uint16_is_stored_as_uint32(tmp_path):
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
+    vocab |= {f"w{i}": i + 5 for i in range(70_000)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    add_post_processor(tok)
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    (tmp_path / "big.txt").write_text("w1 w69999 w65536\nw3\n")
+    meta = prepare([str(tmp_path / "big.txt")], tmp_path / "tok", tmp_path / "out", workers=1, show_progress=False)
+    corpus, _ = open_corpus(tmp_path / "out")
+    assert meta["dtype"] == "uint32" and corpus.tokens.dtype == np.uint32
+    assert corpus.tokens.tolist() == [6, 70004, 65541, 8]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing.txt", "no such file or folder"),
+        (lambda d: _write(d / "empty.txt", ""), "empty input file"),
+        (lambda d: _write(d / "blank.txt", "\n \n\n"), "no text in this input"),
+        (lambda d: (d / "sub").mkdir() or d / "sub", "holds no .txt or .jsonl"),
+        (lambda d: _write(d / "x.csv", "a,b"), "unsupported input type"),
+        (lambda d: _write(d / "bad.jsonl", '{"text": "ok"}\n{"text": \n'), "bad.jsonl:2: not valid JSON"),
+        (lambda d: _write(d / "nt.jsonl", '{"text": "ok"}\n{"body": "x"}\n'),
+         "nt.jsonl:2: expected an object with a string 'text' field"),
+    ],
+)  # fmt: skip
+def test_bad_inputs_fail_with_one_line_naming_the_file(tok_dir, tmp_path, capsys, make, message):
+    bad = make(tmp_path)
+    out = tmp_path / "out"
+    code = main(["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out),
+                 str(bad)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "\n" not in err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")]
+
+
+def _run_with_file_size_limit(args: list[str], limit: int) -> subprocess.CompletedProcess:
+    """Run the CLI in a child that cannot write files bigger than `limit` bytes: a real "disk full" (EFBIG)."""
+
+    def limit_writes():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get an OSError instead of being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "electra.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, preexec_fn=limit_writes, timeout=120)  # fmt: skip
+
+
+def test_a_full_disk_leaves_no_corrupt_set_and_keeps_the_old_one(tok_dir, inputs, tmp_path):
+    out = tmp_path / "out"
+    old = prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)
+    big = tmp_path / "big.txt"
+    write_synthetic_text(big, num_documents=600)  # ~30k tokens: 60 kB of uint16
+    args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir)]
+    tok_size = (tok_dir / "tokenizer.json").stat().st_size
+    result = _run_with_file_size_limit(args + ["--out", str(out), "--overwrite", str(big)], tok_size + 1000)
+    assert result.returncode == 2, result.stderr
+    assert "disk full" in result.stderr and result.stderr.count("\n") == 1
+    assert open_corpus(out)[1] == old  # the previous set is untouched
+    result = _run_with_file_size_limit(args + ["--out", str(tmp_path / "new"), str(big)], tok_size + 1000)
+    assert result.returncode == 2 and not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp folders left

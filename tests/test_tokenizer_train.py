@@ -1,0 +1,108 @@
+"""Tokenizer training (byte-level BPE, WordPiece), loading (ours, BERT vocab.txt) and the transformers round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import PreTrainedTokenizerFast
+
+from electra.cli import main
+from electra.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, tokenizer_info, train_tokenizer
+
+TEXT = """The quick brown fox jumps over the lazy dog. Æsop's fables, 1867 edition!
+Naïve café owners in Zürich serve crème brûlée; 東京 has 13,960,000 people.
+Emoji 😀 and tabs\tand "quotes" (brackets) [square] {curly} <angle> a+b=c 50% #hash @at.
+
+A second document starts here. It repeats the words: the fox, the dog, the café.
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("text")
+    (folder / "a.txt").write_text(TEXT * 40)
+    rows = [{"text": "A jsonl document about tokenizers.\nIt has two lines."}, {"text": "Another one, shorter."}]
+    (folder / "b.jsonl").write_text(("\n".join(json.dumps(r) for r in rows) + "\n") * 20)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    return {kind: train_tokenizer(kind, 400, [str(corpus)], out / kind, show_progress=False).parent
+            for kind in ("bpe", "wordpiece")}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_special_tokens_have_fixed_ids(trained, kind):
+    info = tokenizer_info(trained[kind])
+    assert (info.pad_id, info.unk_id, info.cls_id, info.sep_id, info.mask_id) == (0, 1, 2, 3, 4)
+    assert 200 < info.vocab_size <= 400  # a small corpus may not fill the vocabulary
+    tok = load_tokenizer(trained[kind])
+    assert [tok.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_round_trip_through_transformers(trained, kind):
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(trained[kind] / "tokenizer.json"))
+    ours = load_tokenizer(trained[kind])
+    a, b = "Naïve café owners in Zürich, 1867!", "The quick 😀 fox."
+    enc = hf(a, b, return_token_type_ids=True)
+    ids_a = ours.encode(a, add_special_tokens=False).ids
+    ids_b = ours.encode(b, add_special_tokens=False).ids
+    assert enc["input_ids"] == [2] + ids_a + [3] + ids_b + [3]
+    assert enc["token_type_ids"] == [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+    decoded = hf.decode(ids_a)
+    if kind == "bpe":  # byte-level: cased and lossless, even for characters never seen in training
+        assert decoded == a
+        assert hf.decode(hf("日本語 ∑", add_special_tokens=False)["input_ids"]) == "日本語 ∑"
+        assert 1 not in hf("日本語 ∑")["input_ids"]  # no [UNK]
+    else:  # uncased WordPiece: lower-cased, accents stripped
+        assert decoded == "naive cafe owners in zurich, 1867!"
+
+
+def test_wordpiece_is_uncased_and_bpe_is_cased(trained):
+    bpe, wp = load_tokenizer(trained["bpe"]), load_tokenizer(trained["wordpiece"])
+    assert bpe.encode("The").ids != bpe.encode("the").ids
+    assert wp.encode("The").ids == wp.encode("the").ids
+
+
+def test_cli_trains_and_writes_tokenizer_json(corpus, tmp_path, capsys):
+    out = tmp_path / "cli_tok"
+    assert main(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "350", "--quiet",
+                 "--out", str(out), str(corpus / "a.txt")]) == 0  # fmt: skip
+    assert (out / "tokenizer.json").exists()
+    assert "tokenizer.json" in capsys.readouterr().out
+    assert tokenizer_info(out).vocab_size <= 350
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--vocab-size", "100"], "too small"),
+        (["missing_file.txt"], "no such file"),
+        (["--kind", "unigram"], None),  # argparse rejects the choice itself
+    ],
+)
+def test_cli_rejects_bad_input_with_one_line(corpus, tmp_path, capsys, args, message):
+    base = ["tokenizer", "train", "--out", str(tmp_path / "t"), "--quiet"]
+    inputs = [] if any(a.endswith(".txt") for a in args) else [str(corpus / "a.txt")]
+    if message is None:
+        with pytest.raises(SystemExit) as exc:
+            main(base + args + inputs)
+        assert exc.value.code == 2
+        return
+    assert main(base + args + inputs) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert not (tmp_path / "t" / "tokenizer.json").exists()
+
+
+def test_bert_vocab_txt_loads_with_its_own_ids(tmp_path):
+    words = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += ["the", "fox", "##es", "quick"]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    info = tokenizer_info(tmp_path)
+    assert (info.pad_id, info.unk_id, info.cls_id, info.sep_id, info.mask_id) == (0, 100, 101, 102, 103)
+    assert load_tokenizer(tmp_path).encode("The quick foxes").ids == [101, 104, 107, 105, 106, 102]
