@@ -175,3 +175,56 @@ def test_predictions_come_back_in_example_order(tmp_path):
         alone = collate(f, np.array([i]))
         ref = model(alone["input_ids"], alone["attention_mask"], alone["token_type_ids"])[0]
         np.testing.assert_allclose(out[i], ref.detach().numpy(), atol=1e-5)
+
+
+def test_starting_points_give_the_same_model_and_the_same_run(tmp_path, run):
+    """A run folder, its checkpoint, our HF export and a transformers ElectraForPreTraining folder are all
+    accepted; the same weights give the same body and bit-identical fine-tuning results."""
+    import shutil
+
+    from transformers import ElectraConfig, ElectraForPreTraining
+
+    from electra.checkpoint import checkpoint_dir, load_pretraining_model
+    from electra.hf_compat import hf_config, to_hf
+
+    model, cfg = load_pretraining_model(run)
+    to_hf(model, tmp_path / "export", run / "tokenizer")
+    hf = ElectraForPreTraining(ElectraConfig(**hf_config(cfg.model, "discriminator")))
+    hf.save_pretrained(tmp_path / "google-style")
+    shutil.copy(run / "tokenizer" / "tokenizer.json", tmp_path / "google-style" / "tokenizer.json")
+
+    sources = [run, checkpoint_dir(run, 0), tmp_path / "export"]
+    loaded = [load_pretrained(str(p)) for p in sources]
+    for pre in loaded[1:]:
+        assert pre.body_state.keys() == loaded[0].body_state.keys()
+        assert all(torch.equal(pre.body_state[k], loaded[0].body_state[k]) for k in pre.body_state)
+    google = load_pretrained(str(tmp_path / "google-style"))
+    hf_state = hf.electra.state_dict()
+    assert all(torch.equal(google.body_state[k], hf_state[k]) for k in google.body_state)
+
+    specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
+    cfg_ft = FinetuneConfig(max_steps=4, batch_size=8)
+    data = load_task(specs[0])
+    results = [finetune(prepare(data, pre.tokenizer, cfg_ft), pre, cfg_ft, 0, torch.device("cpu"), tmp_path, False)
+               for pre in loaded]  # fmt: skip
+    assert all(r["metrics"] == results[0]["metrics"] and r["loss_end"] == results[0]["loss_end"] for r in results)
+
+
+def test_stsb_target_scaling_and_swapped_pairs(tmp_path, run):
+    from tests.test_glue_fixtures import write_glue
+
+    glue = write_glue(tmp_path / "glue")
+    pre = load_pretrained(str(run))
+    specs, _ = resolve_tasks("stsb,mrpc", glue)
+    stsb, mrpc = (load_task(s) for s in specs)
+    losses = {}
+    for scale in (True, False):  # the first loss is measured before any update: same outputs, other targets
+        cfg = FinetuneConfig(max_steps=1, stsb_scale=scale)
+        r = finetune(prepare(stsb, pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path, False)
+        losses[scale] = r["loss_start"]
+    assert 15 < losses[False] / losses[True] < 35  # ~ 5**2: OFF trains on score / 5
+    swapped = prepare(mrpc, pre.tokenizer, FinetuneConfig(swap_pairs=True))
+    assert len(swapped.train) == 2 * mrpc.n_train == 64
+    pair = encode([Example(mrpc.train[0].text_b, mrpc.train[0].text_a, 0, "0")], pre.tokenizer, 128)
+    assert swapped.train.input_ids[32].tolist() == pair.input_ids[0].tolist()  # B and A exchanged
+    assert len(prepare(stsb, pre.tokenizer, FinetuneConfig()).train) == 32  # off by default
