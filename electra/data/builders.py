@@ -47,24 +47,61 @@ def keyed_hash(seed: int, values: np.ndarray, stream: int) -> np.ndarray:
 def keyed_permutation(index: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
     """Apply a pseudo-random bijection of [0, n), chosen by each element's key, to `index` (values in [0, n)).
 
-    A 4-round Feistel network on the smallest even number of bits covering n; values that land outside [0, n)
-    are encrypted again ("cycle walking"), which keeps it a bijection of [0, n).
+    A 4-round unbalanced Feistel network on the ceil(log2 n) bits covering n; values that land outside [0, n)
+    are encrypted again ("cycle walking"), which keeps it a bijection of [0, n) (the domain is < 2n, so fewer than
+    two encryptions are needed on average). Any round function keeps it a bijection; SplitMix64 mixes well enough
+    that consecutive positions land far apart.
     """
-    half = max(1, ((n - 1).bit_length() + 1) // 2)
-    mask = np.uint64((1 << half) - 1)
-    shift = np.uint64(half)
+    bits = max(2, (n - 1).bit_length())
     x = np.asarray(index).astype(np.uint64)
     keys = np.broadcast_to(np.asarray(keys, dtype=np.uint64), x.shape)
     todo = np.arange(len(x))
     while todo.size:
         v, k = x[todo], keys[todo]
-        left, right = v >> shift, v & mask
+        lo_bits = bits // 2  # the halves swap sizes every round: (hi, lo) = (bits - lo_bits, lo_bits)
         for r in _ROUNDS:
-            f = _splitmix64(right ^ (k + r)) & mask
-            left, right = right, left ^ f
-        x[todo] = (left << shift) | right
-        todo = todo[x[todo] >= n]
+            hi_bits = bits - lo_bits
+            hi, lo = v >> np.uint64(lo_bits), v & np.uint64((1 << lo_bits) - 1)
+            f = _splitmix64(lo ^ (k + r)) >> np.uint64(64 - hi_bits)
+            v = (lo << np.uint64(hi_bits)) | (hi ^ f)  # new (hi, lo) = (lo, hi ^ F(lo)): invertible
+            lo_bits = hi_bits
+        x[todo] = v
+        todo = todo[v >= n]
     return x.astype(np.int64)
+
+
+class EpochOrder:
+    """Global example id -> draw index: epoch = id // n, then a keyed permutation of [0, n) for that epoch.
+
+    Computed BLOCK consecutive positions at a time and memoised: a permutation's cost is numpy's per-call overhead
+    (a few hundred small ops for the cycle walks), not the arithmetic, and the loop asks for consecutive ids, so
+    one block serves many batches. The result is still a pure function of (seed, id).
+    """
+
+    BLOCK = 8192
+    KEEP = 8  # blocks kept: enough for the train ids and the eval ids the loop alternates between
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed = n, seed
+        self._blocks: dict[tuple[int, int], np.ndarray] = {}
+
+    def __call__(self, example_ids: np.ndarray) -> np.ndarray:
+        epoch, pos = np.divmod(np.asarray(example_ids, dtype=np.int64), self.n)
+        block = pos // self.BLOCK
+        out = np.empty(len(pos), dtype=np.int64)
+        for e, b in set(zip(epoch.tolist(), block.tolist(), strict=True)):
+            sel = (epoch == e) & (block == b)
+            out[sel] = self._block(e, b)[pos[sel] - b * self.BLOCK]
+        return out
+
+    def _block(self, epoch: int, block: int) -> np.ndarray:
+        if (epoch, block) not in self._blocks:
+            if len(self._blocks) >= self.KEEP:
+                self._blocks.pop(next(iter(self._blocks)))  # the oldest
+            positions = np.arange(block * self.BLOCK, min((block + 1) * self.BLOCK, self.n))
+            key = keyed_hash(self.seed, np.array([epoch]), STREAM_ORDER)
+            self._blocks[epoch, block] = keyed_permutation(positions, self.n, key)
+        return self._blocks[epoch, block]
 
 
 def _uniform(h: np.ndarray) -> np.ndarray:
@@ -80,23 +117,22 @@ def assemble(
     `b_len == 0` gives a single segment. Requires a_len + b_len + 2 + (b_len > 0) <= seq_len.
     """
     n = len(start)
+    rows = np.arange(n)
     has_b = b_len > 0
+    total = a_len + b_len + 2 + has_b  # (n,) real tokens including [CLS] and [SEP]s
     cols = np.arange(seq_len)[None, :]  # (1, T)
-    a_len, b_len, start = a_len[:, None], b_len[:, None], start[:, None]  # (n, 1)
+    a, end = a_len[:, None], total[:, None]  # (n, 1)
     # B follows A in the corpus, so the text token at column j is tokens[start + j - 1] in A and
-    # tokens[start + j - 2] in B (one [SEP] further right).
-    in_a = (cols >= 1) & (cols <= a_len)
-    in_b = (cols >= a_len + 2) & (cols < a_len + 2 + b_len)
-    src = start + cols - np.where(in_a, 1, 2)  # (n, T)
-    text = in_a | in_b
-    src = np.where(text, src, 0)
-    input_ids = np.where(text, tokens[src.ravel()].reshape(n, seq_len).astype(np.int64), tok.pad_id)
-    sep = (cols == a_len + 1) | (has_b[:, None] & (cols == a_len + 2 + b_len))
-    input_ids = np.where(sep, tok.sep_id, input_ids)
+    # tokens[start + j - 2] in B (one [SEP] further right)
+    src = start[:, None] + cols - 1 - (cols > a + 1)  # (n, T)
+    text = (cols >= 1) & (cols < end - 1) & (cols != a + 1)
+    gathered = tokens[np.clip(src, 0, len(tokens) - 1)]  # a numpy gather on the memory map
+    input_ids = np.where(text, gathered, tok.pad_id).astype(np.int64)
     input_ids[:, 0] = tok.cls_id
-    total = a_len + b_len + 2 + has_b[:, None]  # (n, 1) real tokens incl. specials
-    attention_mask = (cols < total).astype(np.int64)
-    token_type_ids = ((cols >= a_len + 2) & (cols < total)).astype(np.int64)
+    input_ids[rows, a_len + 1] = tok.sep_id
+    input_ids[rows[has_b], total[has_b] - 1] = tok.sep_id
+    attention_mask = (cols < end).astype(np.int64)
+    token_type_ids = ((cols > a + 1) & (cols < end)).astype(np.int64)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
@@ -132,11 +168,11 @@ class DynamicSource:
         self.draws_per_doc = np.maximum(1, -(-self.doc_len // self.window))
         self._draw_ends = np.cumsum(self.draws_per_doc)  # (D,) draw j belongs to the first doc with end > j
         self.epoch_size = int(self._draw_ends[-1])
+        self._order = EpochOrder(self.epoch_size, seed)
 
     def draw_index(self, example_ids: np.ndarray) -> np.ndarray:
         """Which of the epoch's draws each id is: distinct ids within an epoch get distinct draws."""
-        epoch, pos = np.divmod(np.asarray(example_ids, dtype=np.int64), self.epoch_size)
-        return keyed_permutation(pos, self.epoch_size, keyed_hash(self.seed, epoch, STREAM_ORDER))
+        return self._order(example_ids)
 
     def draws(self, example_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(doc, start, length) of each example: an index into `doc_ids`, the window start within that document,
@@ -212,11 +248,11 @@ class StaticSource:
         self.corpus, self.seq_len, self.seed, self.tok = corpus, seq_len, seed, tok
         self.start, self.a_len, self.b_len = static_plan(corpus, np.asarray(doc_ids, dtype=np.int64), seq_len, seed)
         self.epoch_size = len(self.start)
+        self._order = EpochOrder(self.epoch_size, seed)
 
     def plan_index(self, example_ids: np.ndarray) -> np.ndarray:
         """Which planned example each id is (an index into start/a_len/b_len)."""
-        epoch, pos = np.divmod(np.asarray(example_ids, dtype=np.int64), self.epoch_size)
-        return keyed_permutation(pos, self.epoch_size, keyed_hash(self.seed, epoch, STREAM_ORDER))
+        return self._order(example_ids)
 
     def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
         i = self.plan_index(example_ids)
