@@ -126,6 +126,13 @@ def test_malformed_rows_name_file_and_line(glue, tmp_path, file, line, text, mes
         load_task(specs[0])
 
 
+def test_a_file_without_rows_is_an_error(glue, tmp_path):
+    root = _corrupt(glue, tmp_path, "WNLI/dev.tsv", 2, "")
+    (root / "WNLI" / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n")
+    with pytest.raises(ValueError, match=r"WNLI/dev.tsv:1: no examples"):
+        load_task(resolve_tasks("wnli", root)[0][0])
+
+
 def test_task_names_and_folders(glue, tmp_path):
     with pytest.raises(ValueError, match="unknown task 'cols'"):
         resolve_tasks("rte,cols", glue)

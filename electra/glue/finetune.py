@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -145,7 +146,8 @@ def finetune(
     amp = autocast_for(device, cfg.precision)
 
     history, losses = [], []
-    bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, dynamic_ncols=True)
+    bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, dynamic_ncols=True,
+               mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file gets a line every 30 s, not 10 a second
     step = 0
     for epoch in range(epochs):
         if step >= total:

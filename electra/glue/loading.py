@@ -103,6 +103,8 @@ def read_tsv(path: Path, task: Task, labelled: bool = True) -> list[Example]:
             label = parse_label(row[col[task.label]], task, f"{path}:{line}") if labelled else None
             index = row[index_col] if index_col is not None else str(len(examples))
             examples.append(Example(text_a, text_b, label, index))
+    if not examples:
+        raise ValueError(f"{path}:{reader.line_num}: no examples in this file (task {task.name})")
     return examples
 
 

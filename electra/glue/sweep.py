@@ -46,8 +46,8 @@ _NOT_FINGERPRINTED = ("predict_test", "save_model", "eval_every_epoch", "eval_ba
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = FinetuneConfig()
-    p.add_argument("--model", required=True,
-                   help="a pretraining run folder, a checkpoint, our HF export, or a transformers ELECTRA folder")
+    p.add_argument("--model", help="a pretraining run folder, a checkpoint, our HF export, or a transformers ELECTRA "
+                   "folder (required unless --report-only)")
     p.add_argument("--tasks", default="all",
                    help=f"all, or a comma list of {','.join(GLUE_TASKS)} and task folders holding a task.json")
     p.add_argument("--glue-dir", default=None,
@@ -80,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep each fine-tuned model (hf head: as transformers ElectraForSequenceClassification)")
     x = p.add_argument_group("execution")
     x.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    x.add_argument("--devices", default=None, help="comma list: one worker process per device")
+    x.add_argument("--devices", default=None,
+                   help="comma list, one worker process per entry (repeat a device for two workers on it)")
     x.add_argument("--num-workers", type=int, default=1, help="worker processes sharing the runs")
     x.add_argument("--stop-after", type=int, default=None, help="stop after this many runs (resume later)")
     x.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -116,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.report_only:
         return finish(out, cfg, read_header(out))
+    if not args.model:
+        raise ValueError("--model is required (a run folder, a checkpoint or an HF folder)")
     seeds = parse_seeds(args.seeds)
     specs, skipped = resolve_tasks(args.tasks, args.glue_dir)
     for name in skipped:
