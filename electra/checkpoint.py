@@ -11,16 +11,23 @@ half-written checkpoint that looks complete. Loading reads safetensors and JSON/
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
 import yaml
 from safetensors.torch import load_file, save_file
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
 from electra.model import ElectraForPretraining, ElectraModel
+
+log = logging.getLogger("electra.checkpoint")
 
 CHECKPOINT_PREFIX = "step_"
 COMPLETE_MARKER = "COMPLETE"  # written last: a folder without it is an interrupted save
@@ -203,3 +210,71 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: dict, rank: int, world: int) -> None:
+    """A complete checkpoint of the training state (rank 0 writes; every rank's RNG state is gathered)."""
+
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    states = [None] * world
+    if world > 1:
+        dist.all_gather_object(states, rng)
+    else:
+        states = [rng]
+    if rank == 0:
+        extra = {}
+        for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
+                          ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            extra[name] = buf.getvalue()
+        extra["state.json"] = json.dumps(meta, indent=2).encode()
+        save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta["step"]), extra)
+        prune_checkpoints(run_dir, cfg.train.keep_last)
+        write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+    if world > 1:
+        dist.barrier()
+
+
+def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int) -> dict | None:
+    """Load the newest valid checkpoint (skipping corrupt ones with a warning); None if there is none."""
+    candidates = [path] if (path / COMPLETE_MARKER).exists() else list_checkpoints(path)[::-1]
+    for ckpt in candidates:
+        try:
+            saved = read_config(ckpt / "config.yaml")
+        except CheckpointError as err:
+            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
+            continue
+        if saved.train.max_steps != cfg.train.max_steps:
+            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
+                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
+        diff = config_differences(saved, cfg)
+        if diff:
+            raise CheckpointError(
+                f"{ckpt} was written with another config; refusing to resume. Differences: {'; '.join(diff[:6])}"
+            )
+        try:
+            model.load_state_dict(load_file(ckpt / "model.safetensors"))
+            optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+            scaler.load_state_dict(torch.load(ckpt / "scaler.pt", weights_only=True))
+            rng = torch.load(ckpt / "rng.pt", weights_only=True)
+            meta = json.loads((ckpt / "state.json").read_text())
+        except Exception as err:  # noqa: BLE001 - any unreadable file means: try the previous checkpoint
+            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
+            continue
+        saved_world = meta.get("world_size", 1)
+        state = rng.get(f"rank{rank}") if saved_world == world else None
+        if state is not None:
+            torch.set_rng_state(state["torch"])
+            if "cuda" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state(state["cuda"])
+        else:
+            log.warning(
+                "resuming with %d processes from a checkpoint of %d: dropout RNG is reseeded", world, saved_world
+            )
+        meta["world_size"] = world
+        log.info("resumed from %s (step %d)", ckpt, meta["step"])
+        return meta
+    return None

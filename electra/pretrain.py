@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -28,20 +27,16 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 from tqdm import tqdm
 
 from electra import checkpoint as ckpt_io
-from electra.config import PretrainConfig, load_config, to_dict
-from electra.data import ExampleSource, PretrainingData, TokenizerInfo
-from electra.masking import mask_tokens
+from electra.config import PretrainConfig, load_config
+from electra.data import PretrainingData, TokenizerInfo
 from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+from electra.monitor import batch_to_device, masked_batch, open_loggers, watch_collapse, write_metrics
 from electra.optim import build_optimizer, learning_rate, set_learning_rate
 
 log = logging.getLogger("electra.pretrain")
-
-COLLAPSE_RECALL = 0.05  # disc recall on replaced tokens below this ...
-COLLAPSE_AUC = 0.55  # ... or AUC below this, at `collapse_patience` evaluations in a row: collapsed
 
 
 class NonFiniteError(RuntimeError):
@@ -105,58 +100,6 @@ def code_revision() -> str:
         return "unknown"
 
 
-def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
-    batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    batch["example_ids"] = torch.from_numpy(ids)
-    if device.type == "cuda":
-        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
-    return batch
-
-
-def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, special: torch.Tensor):
-    return mask_tokens(
-        batch["input_ids"], batch["attention_mask"], batch["example_ids"], cfg.train.seed, cfg.objective,
-        cfg.num_mask_slots, tokens.mask_id, special,
-    )  # fmt: skip
-
-
-# -- evaluation and the collapse watch ------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
-             device: torch.device, autocast) -> dict[str, float]:  # fmt: skip
-    """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC."""
-    from sklearn.metrics import roc_auc_score
-
-    was_training = model.training
-    model.eval()
-    special = torch.tensor(tokens.special_ids, device=device)
-    size = min(cfg.train.batch_size, 64)
-    totals = {k: 0.0 for k in STAT_NAMES}
-    scores, labels = [], []
-    for b in range(cfg.train.eval_batches):
-        ids = np.arange(b * size, (b + 1) * size, dtype=np.int64)
-        batch = batch_to_device(source.examples(ids), ids, device)
-        masked = masked_batch(cfg, tokens, batch, special)
-        with autocast:
-            out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked)
-        for k, v in out.stats.items():
-            totals[k] += v.item()
-        scores.append(out.disc_logits.float()[out.disc_mask].cpu())
-        labels.append(out.disc_labels[out.disc_mask].cpu())
-    model.train(was_training)
-    metrics = metrics_from_stats(totals)
-    y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
-    metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
-    return metrics
-
-
-def is_collapsed(metrics: dict[str, float]) -> bool:
-    recall, auc = metrics["disc_recall"], metrics["disc_auc"]
-    return (not recall >= COLLAPSE_RECALL) or (not auc >= COLLAPSE_AUC)  # NaN counts as collapsed
-
-
 # -- the loop -------------------------------------------------------------------------------------------------
 
 
@@ -196,7 +139,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     if resume is None and checkpoints:
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:
-        loaded = restore(run_dir if resume == "auto" else Path(resume), cfg, raw_model, optimizer, scaler, rank, world)
+        loaded = ckpt_io.restore_training_state(
+            run_dir if resume == "auto" else Path(resume), cfg, raw_model, optimizer, scaler, rank, world
+        )
         if loaded is not None:
             meta = loaded
             start = meta["step"]
@@ -296,9 +241,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             if done % t.eval_every == 0 or done == t.max_steps:
                 watch_collapse(raw_model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, done)
             if done % t.save_every == 0 or done == t.max_steps or stop["signal"] is not None:
-                save(run_dir, cfg, raw_model, optimizer, scaler, meta, rank, world)
+                ckpt_io.save_training_state(run_dir, cfg, raw_model, optimizer, scaler, meta, rank, world)
             if stop["signal"] is not None:
                 log.warning("signal %s: saved step %d and stopped; continue with --resume auto", stop["signal"], done)
+                meta["stopped_by_signal"] = int(stop["signal"])
                 break
             if meta["collapsed"] and t.stop_on_collapse:
                 log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")
@@ -318,27 +264,6 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     return meta
 
 
-def watch_collapse(model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, step) -> None:
-    if not main_process:
-        return
-    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast)
-    write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
-    meta["collapse_streak"] = meta["collapse_streak"] + 1 if is_collapsed(metrics) else 0
-    if meta["collapse_streak"] >= cfg.train.collapse_patience:
-        if not meta["collapsed"]:
-            log.warning(
-                "step %d: the discriminator looks collapsed (eval recall %.3f, AUC %.3f for %d evaluations): it no "
-                "longer tells replaced from original tokens. The study saw this with generators larger than "
-                "recommended; fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
-                metrics["disc_auc"], meta["collapse_streak"],
-            )  # fmt: skip
-            meta["collapse_first_step"] = meta["collapse_first_step"] or step
-        meta["collapsed"] = True
-    elif meta["collapse_streak"] == 0:
-        meta["collapsed"] = False
-    ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
-
-
 # -- run folder, checkpoints, logging -------------------------------------------------------------------------
 
 
@@ -351,132 +276,10 @@ def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, m
     ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
 
 
-def save(run_dir, cfg, model, optimizer, scaler, meta, rank, world) -> None:
-    import io
-
-    rng = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state()
-    states = [None] * world
-    if world > 1:
-        dist.all_gather_object(states, rng)
-    else:
-        states = [rng]
-    if rank == 0:
-        extra = {}
-        for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
-                          ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
-            buf = io.BytesIO()
-            torch.save(obj, buf)
-            extra[name] = buf.getvalue()
-        extra["state.json"] = json.dumps(meta, indent=2).encode()
-        ckpt_io.save_model_checkpoint(model, cfg, ckpt_io.checkpoint_dir(run_dir, meta["step"]), extra)
-        ckpt_io.prune_checkpoints(run_dir, cfg.train.keep_last)
-        ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
-    if world > 1:
-        dist.barrier()
-
-
-def restore(path: Path, cfg, model, optimizer, scaler, rank, world) -> dict | None:
-    """Load the newest valid checkpoint (skipping corrupt ones with a warning); None if there is none."""
-    candidates = [path] if (path / ckpt_io.COMPLETE_MARKER).exists() else ckpt_io.list_checkpoints(path)[::-1]
-    for ckpt in candidates:
-        try:
-            saved = ckpt_io.read_config(ckpt / "config.yaml")
-        except ckpt_io.CheckpointError as err:
-            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
-            continue
-        if saved.train.max_steps != cfg.train.max_steps:
-            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
-                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
-        diff = ckpt_io.config_differences(saved, cfg)
-        if diff:
-            raise ckpt_io.CheckpointError(
-                f"{ckpt} was written with another config; refusing to resume. Differences: {'; '.join(diff[:6])}"
-            )
-        try:
-            model.load_state_dict(load_file(ckpt / "model.safetensors"))
-            optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
-            scaler.load_state_dict(torch.load(ckpt / "scaler.pt", weights_only=True))
-            rng = torch.load(ckpt / "rng.pt", weights_only=True)
-            meta = json.loads((ckpt / "state.json").read_text())
-        except Exception as err:  # noqa: BLE001 - any unreadable file means: try the previous checkpoint
-            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
-            continue
-        saved_world = meta.get("world_size", 1)
-        state = rng.get(f"rank{rank}") if saved_world == world else None
-        if state is not None:
-            torch.set_rng_state(state["torch"])
-            if "cuda" in state and torch.cuda.is_available():
-                torch.cuda.set_rng_state(state["cuda"])
-        else:
-            log.warning(
-                "resuming with %d processes from a checkpoint of %d: dropout RNG is reseeded", world, saved_world
-            )
-        meta["world_size"] = world
-        log.info("resumed from %s (step %d)", ckpt, meta["step"])
-        return meta
-    return None
-
-
 def training_flops_per_step(cfg: PretrainConfig) -> float:
     from electra.flops import pretrain_step_flops
 
     return float(pretrain_step_flops(cfg, cfg.train.batch_size, cfg.data.seq_len))
-
-
-def open_loggers(names: tuple[str, ...], run_dir: Path, cfg: PretrainConfig) -> list:
-    writers = []
-    for name in names:
-        if name == "tensorboard":
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as err:
-                raise ValueError(
-                    "--tensorboard needs the tensorboard package: pip install 'electra[tensorboard]'"
-                ) from err
-            writers.append(_TensorBoard(SummaryWriter(run_dir / "tensorboard")))
-        elif name == "wandb":
-            try:
-                import wandb
-            except ImportError as err:
-                raise ValueError("--wandb needs the wandb package: pip install 'electra[wandb]'") from err
-            writers.append(_WandB(wandb.init(dir=str(run_dir), config=to_dict(cfg), name=run_dir.name,
-                                             mode=os.environ.get("WANDB_MODE", "offline"))))  # fmt: skip
-    return writers
-
-
-class _TensorBoard:
-    def __init__(self, writer):
-        self.writer = writer
-
-    def log(self, row: dict) -> None:
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                self.writer.add_scalar(k, v, row["step"])
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-class _WandB:
-    def __init__(self, run):
-        self.run = run
-
-    def log(self, row: dict) -> None:
-        self.run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
-
-    def close(self) -> None:
-        self.run.finish()
-
-
-def write_metrics(run_dir: Path, row: dict, writers: list) -> None:
-    """Append one JSON line (undefined values such as precision with no positive prediction become null)."""
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-    with open(run_dir / "metrics.jsonl", "a") as f:
-        f.write(json.dumps(clean) + "\n")
-    for w in writers:
-        w.log(row)
 
 
 # -- command line ---------------------------------------------------------------------------------------------
@@ -524,7 +327,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    status = "collapsed" if meta["collapsed"] else "ok"
+    if meta.get("stopped_by_signal"):
+        print(f"stopped at step {meta['step']} by signal {meta['stopped_by_signal']}; continue with --resume auto")
+        return 128 + meta["stopped_by_signal"]
+    status = "the discriminator collapsed: see run.json" if meta["collapsed"] else "ok"
     print(f"finished step {meta['step']} ({status}); run folder {args.out}")
     return 0
 

@@ -1,0 +1,152 @@
+"""What a pretraining run reports: metrics lines (and TensorBoard / W&B), held-out evaluation, the collapse watch.
+
+Collapse (the study's finding): with a generator larger than recommended the discriminator can stop telling
+replaced from original tokens; recall on replaced tokens falls to 0 and the AUC to 0.5. The watch flags a run
+whose held-out metrics stay there for `train.collapse_patience` evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from electra import checkpoint as ckpt_io
+from electra.config import PretrainConfig, to_dict
+from electra.data import ExampleSource, TokenizerInfo
+from electra.masking import mask_tokens
+from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+
+log = logging.getLogger("electra.pretrain")
+
+COLLAPSE_RECALL = 0.05  # disc recall on replaced tokens below this ...
+COLLAPSE_AUC = 0.55  # ... or AUC below this, at `collapse_patience` evaluations in a row: collapsed
+
+
+def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    batch["example_ids"] = torch.from_numpy(ids)
+    if device.type == "cuda":
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    return batch
+
+
+def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, special: torch.Tensor):
+    return mask_tokens(
+        batch["input_ids"], batch["attention_mask"], batch["example_ids"], cfg.train.seed, cfg.objective,
+        cfg.num_mask_slots, tokens.mask_id, special,
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
+             device: torch.device, autocast) -> dict[str, float]:  # fmt: skip
+    """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC."""
+    from sklearn.metrics import roc_auc_score
+
+    was_training = model.training
+    model.eval()
+    special = torch.tensor(tokens.special_ids, device=device)
+    size = min(cfg.train.batch_size, 64)
+    totals = {k: 0.0 for k in STAT_NAMES}
+    scores, labels = [], []
+    for b in range(cfg.train.eval_batches):
+        ids = np.arange(b * size, (b + 1) * size, dtype=np.int64)
+        batch = batch_to_device(source.examples(ids), ids, device)
+        masked = masked_batch(cfg, tokens, batch, special)
+        with autocast:
+            out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked)
+        for k, v in out.stats.items():
+            totals[k] += v.item()
+        scores.append(out.disc_logits.float()[out.disc_mask].cpu())
+        labels.append(out.disc_labels[out.disc_mask].cpu())
+    model.train(was_training)
+    metrics = metrics_from_stats(totals)
+    y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
+    metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
+    return metrics
+
+
+def is_collapsed(metrics: dict[str, float]) -> bool:
+    recall, auc = metrics["disc_recall"], metrics["disc_auc"]
+    return (not recall >= COLLAPSE_RECALL) or (not auc >= COLLAPSE_AUC)  # NaN counts as collapsed
+
+
+def watch_collapse(model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, step) -> None:
+    if not main_process:
+        return
+    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast)
+    write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
+    meta["collapse_streak"] = meta["collapse_streak"] + 1 if is_collapsed(metrics) else 0
+    if meta["collapse_streak"] >= cfg.train.collapse_patience:
+        if not meta["collapsed"]:
+            log.warning(
+                "step %d: the discriminator looks collapsed (eval recall %.3f, AUC %.3f for %d evaluations): it no "
+                "longer tells replaced from original tokens. The study saw this with generators larger than "
+                "recommended; fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
+                metrics["disc_auc"], meta["collapse_streak"],
+            )  # fmt: skip
+            meta["collapse_first_step"] = meta["collapse_first_step"] or step
+        meta["collapsed"] = True
+    elif meta["collapse_streak"] == 0:
+        meta["collapsed"] = False
+    ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+
+
+def open_loggers(names: tuple[str, ...], run_dir: Path, cfg: PretrainConfig) -> list:
+    writers = []
+    for name in names:
+        if name == "tensorboard":
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ValueError(
+                    "--tensorboard needs the tensorboard package: pip install 'electra[tensorboard]'"
+                ) from err
+            writers.append(_TensorBoard(SummaryWriter(run_dir / "tensorboard")))
+        elif name == "wandb":
+            try:
+                import wandb
+            except ImportError as err:
+                raise ValueError("--wandb needs the wandb package: pip install 'electra[wandb]'") from err
+            writers.append(_WandB(wandb.init(dir=str(run_dir), config=to_dict(cfg), name=run_dir.name,
+                                             mode=os.environ.get("WANDB_MODE", "offline"))))  # fmt: skip
+    return writers
+
+
+class _TensorBoard:
+    def __init__(self, writer):
+        self.writer = writer
+
+    def log(self, row: dict) -> None:
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                self.writer.add_scalar(k, v, row["step"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _WandB:
+    def __init__(self, run):
+        self.run = run
+
+    def log(self, row: dict) -> None:
+        self.run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def write_metrics(run_dir: Path, row: dict, writers: list) -> None:
+    """Append one JSON line (undefined values such as precision with no positive prediction become null)."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(clean) + "\n")
+    for w in writers:
+        w.log(row)
