@@ -203,3 +203,31 @@ def test_short_run_on_the_real_files(world, tmp_path):
     assert (tasks["rte"]["n_train"], tasks["rte"]["n_eval"]) == (2490, 277)
     record = json.loads((out / "runs" / "rte" / "seed0" / "result.json").read_text())
     assert record["steps"] == 3 and record["chance"]["baseline"] == pytest.approx(100 * 146 / 277)
+
+
+def test_saved_hf_model_reproduces_the_reported_dev_score(world, tmp_path):
+    """`--head hf --save-models`: transformers loads the fine-tuned model and gets the accuracy the report has."""
+    import numpy as np
+    import torch
+    from transformers import ElectraForSequenceClassification
+
+    from electra.data.tokenizer import load_tokenizer
+    from electra.glue.features import collate, encode
+    from electra.glue.loading import load_task
+    from electra.glue.tasks import resolve_tasks
+
+    out = tmp_path / "out"
+    args = glue_args(world, out, "rte", "--seeds", "1", "--head", "hf", "--save-models", "--eval-every-epoch")
+    assert main(args) == 0
+    record = json.loads((out / "runs" / "rte" / "seed0" / "result.json").read_text())
+    assert [h["epoch"] for h in record["history"]] == list(range(1, 11)) and record["steps"] == 10  # RTE: 10 epochs
+    assert record["history"][-1]["metrics"] == record["metrics"]
+    hf = ElectraForSequenceClassification.from_pretrained(out / "runs" / "rte" / "seed0" / "model").eval()
+    assert hf.config.id2label == {0: "entailment", 1: "not_entailment"}
+    dev = load_task(resolve_tasks("rte", world["glue"])[0][0]).dev[""]
+    f = encode(dev, load_tokenizer(out / "runs" / "rte" / "seed0" / "model"), 128)
+    b = collate(f, np.arange(len(dev)))
+    with torch.no_grad():
+        logits = hf(**{k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids")}).logits
+    accuracy = 100 * float((logits.argmax(-1) == b["labels"]).float().mean())
+    assert accuracy == pytest.approx(record["metrics"]["accuracy"])
