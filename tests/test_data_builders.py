@@ -161,7 +161,9 @@ def test_open_pretraining_data_on_a_prepared_folder(tmp_path, builder):
     tok = train_tokenizer("bpe", 400, [str(text)], tmp_path / "tok", show_progress=False).parent
     prepare([str(text)], tok, tmp_path / "data", workers=1, show_progress=False)
     data = open_pretraining_data(DataConfig(path=str(tmp_path / "data"), builder=builder, seq_len=32), seed=0)
-    assert data.tokens.path == tmp_path / "data" and data.tokens.vocab_size <= 400
+    # the tokenizer folder holds the tokenizer only, so a run can copy it without the data
+    assert data.tokens.path == tmp_path / "data" / "tokenizer" and data.tokens.vocab_size <= 400
+    assert sorted(p.name for p in data.tokens.path.iterdir()) == ["tokenizer.json"]
     assert (data.tokens.cls_id, data.tokens.sep_id, data.tokens.pad_id) == (CLS, SEP, PAD)
     check_format(data.train.examples(np.arange(64)), 32)
     check_format(data.eval.examples(np.arange(8)), 32)

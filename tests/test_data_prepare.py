@@ -57,7 +57,7 @@ def test_prepared_folder_holds_every_line_exactly(tok_dir, inputs, tmp_path):
     assert meta["empty_documents"] == 1
     assert meta["num_tokens"] == corpus.num_tokens == len(corpus.tokens)
     assert meta["dtype"] == "uint16" and corpus.tokens.dtype == np.uint16
-    tok = load_tokenizer(tmp_path / "out")  # the copy inside the folder
+    tok = load_tokenizer(tmp_path / "out" / "tokenizer")  # the copy inside the folder
     # files are read in sorted order: docs.txt, one_doc.txt, rows.jsonl
     lines = [*ENGLISH, "A single document.", "Without blank lines.", "Json document one.", "Second line.", "Json two."]
     offsets = corpus.line_offsets
@@ -72,7 +72,7 @@ def test_parallel_workers_give_identical_files(tok_dir, tmp_path):
     write_synthetic_text(text, num_documents=400)
     prepare([str(text)], tok_dir, tmp_path / "w1", workers=1, show_progress=False)
     prepare([str(text)], tok_dir, tmp_path / "w2", workers=2, show_progress=False)
-    for name in ("tokens.bin", "documents.npy", "lines.npy", "tokenizer.json"):
+    for name in ("tokens.bin", "documents.npy", "lines.npy", "tokenizer/tokenizer.json"):
         assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
 
 
@@ -95,15 +95,16 @@ def test_same_source_and_tokenizer_is_reused_another_tokenizer_is_refused(tok_di
 def test_older_format_or_tampered_tokenizer_is_refused(tok_dir, inputs, tmp_path):
     out = tmp_path / "out"
     prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)
-    (out / "tokenizer.json").write_text((out / "tokenizer.json").read_text().replace('"[MASK]"', '"[MASK2]"'))
+    copy = out / "tokenizer" / "tokenizer.json"
+    copy.write_text(copy.read_text().replace('"[MASK]"', '"[MASK2]"'))
     with pytest.raises(ValueError, match="does not match the tokenizer hash"):
         open_corpus(out)
     meta = json.loads((out / META_FILE).read_text())
-    meta["format_version"] = 0
+    meta["format_version"] = 1
     (out / META_FILE).write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match="format version 0"):
+    with pytest.raises(ValueError, match="format version 1"):
         open_corpus(out)
-    with pytest.raises(ValueError, match="format version 0"):
+    with pytest.raises(ValueError, match="format version 1"):
         prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)
 
 

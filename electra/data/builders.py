@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from electra.data import TokenizerInfo
-from electra.data.corpus import TokenCorpus
+from electra.data.corpus import TokenCorpus, split_documents
 
 # OFF build_pretraining_dataset.py::ExampleBuilder
 SINGLE_SEGMENT_PROB = 0.1  # "small chance to only have one segment as in classification tasks"
@@ -263,8 +263,6 @@ def build_sources(
     corpus: TokenCorpus, builder: str, seq_len: int, eval_fraction: float, seed: int, tok: TokenizerInfo
 ) -> tuple[DynamicSource | StaticSource, DynamicSource | StaticSource]:
     """(train, eval) sources over a held-out split of the documents."""
-    from electra.data.corpus import split_documents
-
     classes = {"dynamic": DynamicSource, "static": StaticSource}
     if builder not in classes:
         raise ValueError(f"data.builder must be one of {sorted(classes)}, got {builder!r}")

@@ -7,7 +7,8 @@ same object in memory, so both go through the same example builders.
     DIR/documents.npy    (num_documents + 1,) int64 token offsets: document d is tokens[doc[d]:doc[d+1]]
     DIR/lines.npy        (num_lines + 1,) int64 token offsets of the input lines ("sentences" for the static
                          builder); every document offset is also a line offset
-    DIR/tokenizer.json   a copy of the tokenizer, so a prepared folder is self-contained
+    DIR/tokenizer/       a copy of the tokenizer (tokenizer.json), so a prepared folder is self-contained; a
+                         folder of its own so that a run can copy it without the data
     DIR/metadata.json    counts, dtype, format version, tokenizer hash, source fingerprint
 """
 
@@ -20,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
-"""Bumped whenever the files above change meaning; an older folder must be prepared again."""
-TOKENS_FILE, DOCS_FILE, LINES_FILE, META_FILE, TOKENIZER_FILE = (
-    "tokens.bin", "documents.npy", "lines.npy", "metadata.json", "tokenizer.json",
-)  # fmt: skip
+FORMAT_VERSION = 2
+"""Bumped whenever the files above change meaning; an older folder must be prepared again (1: tokenizer.json at
+the top level)."""
+TOKENS_FILE, DOCS_FILE, LINES_FILE, META_FILE = "tokens.bin", "documents.npy", "lines.npy", "metadata.json"
+TOKENIZER_FILE = "tokenizer/tokenizer.json"
 EVAL_SPLIT_SEED = 0x5EED
 """The held-out documents depend only on the corpus, not on the run seed, so runs with different seeds are
 evaluated on the same documents."""

@@ -95,8 +95,8 @@ def _tokenizer_json(tokenizer: str | Path) -> str:
     from electra.data.tokenizer import load_tokenizer
 
     path = Path(tokenizer)
-    file = path / TOKENIZER_FILE if path.is_dir() else path
-    if file.name == TOKENIZER_FILE and file.exists():
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if file.name == "tokenizer.json" and file.exists():
         load_tokenizer(file)  # validates it
         return file.read_text(encoding="utf-8")
     return load_tokenizer(path).to_str(pretty=True)
@@ -184,6 +184,7 @@ def prepare(
         doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
         np.save(tmp / DOCS_FILE, doc_offsets)
         np.save(tmp / LINES_FILE, line_offsets)
+        (tmp / TOKENIZER_FILE).parent.mkdir()
         (tmp / TOKENIZER_FILE).write_text(tok_json, encoding="utf-8")
         elapsed = time.perf_counter() - start_time
         doc_lengths = np.diff(doc_offsets)
@@ -257,8 +258,8 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 def summary(meta: dict, out: str | Path) -> str:
     s = (
-        f"prepared {out}: {meta['num_documents']:,} documents, {meta['num_tokens']:,} tokens ({meta['dtype']}), "
-        f"{meta['bytes'] / 1e6:.1f} MB of text in {meta['elapsed_s']:.1f}s "
+        f"{out}: {meta['num_documents']:,} documents, {meta['num_tokens']:,} tokens ({meta['dtype']}) from "
+        f"{meta['bytes'] / 1e6:.1f} MB of text, prepared in {meta['elapsed_s']:.1f}s "
         f"({meta['tokens_per_s'] / 1e6:.2f}M tokens/s, {meta['workers']} workers)"
     )
     if meta["empty_documents"]:
@@ -274,7 +275,7 @@ def summary(meta: dict, out: str | Path) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("prepare", help="tokenize text into a memory-mapped pretraining corpus folder")
-    p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt)")
+    p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt), or the file")
     p.add_argument("--out", required=True, help="output folder (created atomically)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
     p.add_argument("--workers", type=int, default=None, help="tokenizer processes (default: all cores)")
