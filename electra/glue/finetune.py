@@ -130,6 +130,7 @@ def finetune(
     prep: Prepared, pre: Pretrained, cfg: FinetuneConfig, seed: int, device: torch.device,
     run_dir: Path, progress: bool = True,
 ) -> dict:  # fmt: skip
+    """One (task, seed) run from the pretrained body: train, evaluate on dev, predict test; returns its record."""
     task = prep.data.task
     start = time.time()
     scale = STSB_SCALE if task.name == "stsb" and cfg.stsb_scale else 1.0
