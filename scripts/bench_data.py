@@ -76,7 +76,7 @@ def main() -> None:
     p.add_argument("--vocab-size", type=int, default=30522)
     p.add_argument("--tokenizer", type=Path, help="use this tokenizer instead of training one")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--workers", type=int, default=None, help="preparation workers (default: all cores)")
+    p.add_argument("--workers", type=int, default=None, help="preparation workers (default: prepare's)")
     p.add_argument("--baseline", action="store_true", help="also time plain HF encode_batch over every line")
     p.add_argument("--json", type=Path, help="write the raw numbers here")
     args = p.parse_args()

@@ -3,8 +3,8 @@
     electra data prepare --tokenizer TOKENIZER_DIR --out DATA_DIR corpus/*.txt
 
 Pipeline: the main process reads documents (sources.py) and cuts them into ~2 MB batches of whole documents;
-worker processes (all cores) encode the batches (encoding.py); the main process appends the ids to tokens.bin in
-input order, so the result does not depend on the number of workers.
+worker processes (one per core) encode the batches (encoding.py); the main process appends the ids to tokens.bin
+in input order, so the result does not depend on the number of workers.
 
 The folder is keyed by source + tokenizer: metadata.json records the tokenizer's sha256 and a fingerprint of the
 inputs. Preparing into a folder made from other inputs or with another tokenizer fails (or, with --overwrite,
@@ -76,6 +76,16 @@ def _batches(docs: Iterator[list[str]]) -> Iterator[tuple[list[str], list[int]]]
             lines, counts, size = [], [], 0
     if lines:
         yield lines, counts
+
+
+def default_workers() -> int:
+    """One process per core; on two cores or fewer, one process (HF still encodes new words on every core).
+
+    Each worker meets most of the common words once, so workers cost extra CPU (~1.4x in total on the Wikipedia
+    sample); on a 2-core machine shared with other jobs one process was faster (7.3 s vs 9.9 s, docs/data.md).
+    """
+    cores = len(os.sched_getaffinity(0))
+    return cores if cores > 2 else 1
 
 
 def source_fingerprint(inputs: list[Input]) -> str:
@@ -150,7 +160,7 @@ def prepare(
 
     vocab_size = Tokenizer.from_str(tok_json).get_vocab_size()
     dtype = np.dtype(np.uint16 if vocab_size <= UINT16_MAX_VOCAB else np.uint32)
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or default_workers()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -278,7 +288,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt), or the file")
     p.add_argument("--out", required=True, help="output folder (created atomically)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
-    p.add_argument("--workers", type=int, default=None, help="tokenizer processes (default: all cores)")
+    workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
+    p.add_argument("--workers", type=int, default=None, help=workers)
     p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
