@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import random
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,7 +265,11 @@ def write_synthetic_tokenizer(out_dir: str | Path) -> Path:
 def synthetic_tokenizer_dir() -> Path:
     """The synthetic tokenizer in the cache, in a folder named by its content hash so versions never collide."""
     digest = hashlib.sha256(json.dumps(lexicon().words).encode()).hexdigest()[:12]
-    return write_synthetic_tokenizer(cache_dir() / f"synthetic-tokenizer-{digest}")
+    name = f"synthetic-tokenizer-{digest}"
+    try:
+        return write_synthetic_tokenizer(cache_dir() / name)
+    except OSError:  # a read-only home (some CI sandboxes): the temp folder will do
+        return write_synthetic_tokenizer(Path(tempfile.gettempdir()) / "electra-cache" / name)
 
 
 def synthetic_tokenizer_info() -> TokenizerInfo:
