@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from electra.checkpoint import write_atomic
-from electra.glue.finetune import FinetuneConfig, Prepared, Pretrained, finetune, load_pretrained, prepare
+from electra.glue.finetune import FinetuneConfig, Pretrained, finetune, load_pretrained, prepare
 from electra.glue.heads import HEADS
 from electra.glue.loading import load_task
 from electra.glue.optim import CONVENTIONS
@@ -167,7 +167,7 @@ def work(
                           worker={"pid": os.getpid(), "host": socket.gethostname()})
             write_atomic(rdir / "result.json", json.dumps(record, indent=1) + "\n")
             (rdir / "failed.json").unlink(missing_ok=True)
-            print(f"[{i}/{len(todo)}] {summary_line(record, prepared[task])}", flush=True)
+            print(f"[{i}/{len(todo)}] {summary_line(record)}", flush=True)
         except FloatingPointError as err:  # this run diverged; the others may not
             write_atomic(rdir / "failed.json", json.dumps({"task": task, "seed": seed, "error": str(err)}) + "\n")
             log.error("%s", err)
@@ -180,7 +180,7 @@ def work(
             break
 
 
-def summary_line(r: dict, prep: Prepared) -> str:
+def summary_line(r: dict) -> str:
     scores = ", ".join(f"{k} {v:.2f}" for k, v in r["metrics"].items())
     loss = f"loss {r['loss_start']:.3f} -> {r['loss_end']:.3f}" if r["loss_start"] is not None else "no steps"
     line = f"{r['task']} seed {r['seed']}: {scores} | {r['steps']} steps, {loss}, {r['seconds']:.1f} s"
