@@ -2,7 +2,7 @@
 
 Why: HF `tokenizers` spends most of its time per word (pre-tokenisation regex, BPE merges, one Encoding object
 per sequence). Natural text repeats its words, so on the Wikipedia sample only ~7% of the space-separated chunks
-are new; encoding each distinct chunk once and gathering the rest from a cache with numpy is ~4x faster
+are new; encoding each distinct chunk once and gathering the rest from a cache with numpy is ~3x faster
 (measured in docs/data.md) and gives exactly the same ids (tests/test_data_encoding.py checks it on real text).
 
 When it is exact: the tokenizer must treat a single ASCII space before a non-space as a hard boundary that the
