@@ -103,8 +103,8 @@ class DataConfig:
 
     path: str | None = None
     """A folder written by `electra data prepare`."""
-    builder: Literal["dynamic", "static"] = "dynamic"
-    """dynamic: random windows of documents each draw (the study); static: OFF's packed A/B segment examples."""
+    builder: Literal["static", "dynamic"] = "static"
+    """static: OFF's packed [CLS] A [SEP] B [SEP] examples; dynamic: a random document window per draw (the study)."""
     seq_len: int = 128
     eval_fraction: float = 0.01
     """Fraction of documents held out for pretraining evaluation."""

@@ -86,9 +86,10 @@ def watch_collapse(model, data, cfg, tokens, dev, autocast, meta, run_dir, write
     if meta["collapse_streak"] >= cfg.train.collapse_patience:
         if not meta["collapsed"]:
             log.warning(
-                "step %d: the discriminator looks collapsed (eval recall %.3f, AUC %.3f for %d evaluations): it no "
-                "longer tells replaced from original tokens. The study saw this with generators larger than "
-                "recommended; fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
+                "step %d: the discriminator does not tell replaced from original tokens (eval recall %.3f, AUC %.3f "
+                "for %d evaluations). Early in a run this is the plateau where it predicts 'original' everywhere; "
+                "later it is a collapse (the study saw it with generators larger than recommended). Either way, "
+                "fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
                 metrics["disc_auc"], meta["collapse_streak"],
             )  # fmt: skip
             meta["collapse_first_step"] = meta["collapse_first_step"] or step

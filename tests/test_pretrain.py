@@ -88,7 +88,7 @@ def test_two_gloo_processes_equal_one_process_with_the_whole_batch(tmp_path):
 
 
 def test_gradient_accumulation_equals_one_big_batch(tmp_path):
-    base = FAST + NO_DROPOUT + ["train.max_steps=3", "train.save_every=1"]
+    base = FAST + NO_DROPOUT + ["train.max_steps=3", "train.save_every=1", "train.warmup_steps=1"]
     pretrain(load_config("tiny", base), tmp_path / "big")
     pretrain(load_config("tiny", base + ["train.micro_batch_size=2"]), tmp_path / "accum")
     a, b = weights(tmp_path / "big"), weights(tmp_path / "accum")
@@ -146,8 +146,9 @@ def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path, monkey
 def test_checkpoint_from_another_config_is_refused(tmp_path):
     run = tmp_path / "run"
     pretrain(load_config("tiny", FAST + ["train.max_steps=2", "train.save_every=2"]), run)
-    other = load_config("tiny", FAST + ["train.max_steps=4", "model.generator_fraction=0.5", "train.lr=1e-3"])
-    with pytest.raises(CheckpointError, match=r"another config.*generator_fraction: 0.25 -> 0.5; train.lr: 0.002"):
+    other = load_config("tiny", FAST + ["train.max_steps=4", "model.generator_fraction=0.5", "train.lr=5e-3"])
+    expected = r"another config.*generator_fraction: 0.25 -> 0.5; train.lr: 0.001 -> 0.005"
+    with pytest.raises(CheckpointError, match=expected):
         pretrain(other, run, resume="auto")
     with pytest.raises(ValueError, match="already holds checkpoints"):
         pretrain(load_config("tiny", FAST + ["train.max_steps=2"]), run)

@@ -246,6 +246,7 @@ class StaticSource:
         if seq_len < 5:
             raise ValueError(f"data.seq_len must be at least 5 for the static builder, got {seq_len}")
         self.corpus, self.seq_len, self.seed, self.tok = corpus, seq_len, seed, tok
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.start, self.a_len, self.b_len = static_plan(corpus, np.asarray(doc_ids, dtype=np.int64), seq_len, seed)
         self.epoch_size = len(self.start)
         self._order = EpochOrder(self.epoch_size, seed)
