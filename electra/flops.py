@@ -1,0 +1,225 @@
+"""Training FLOPs and pfs-days of a configuration (SPEC §8): `electra flops`.
+
+Two counts, for two different questions:
+
+- `off_train_flops`: the official accounting of google-research/electra `flops_computation.py`, re-derived
+  here so that our numbers compare with the paper's tables (ELECTRA-Small, 1M steps: 1.2937e18). Its
+  conventions: a matmul costs 2mn per row; element-wise ops cost a few FLOPs each (the constants below);
+  embedding lookups are dense one-hot matmuls (2·E·V per token); the generator's output softmax is paid on a
+  fixed 15.625% of the tokens; the backward pass costs the same as the forward, so training = 2 × forward.
+- `pretrain_step_flops`: the matmul FLOPs one optimizer step of *our* implementation executes, for achieved
+  TFLOP/s and MFU in `electra bench`. Per sequence of length T, one encoder (hidden H, L layers, FFN I,
+  embedding E) does
+      T · [2·E·H (embeddings_project, when E ≠ H) + L · (8·H² + 4·H·I + 4·T·H)]
+  forward (Q, K, V, attention output; the two FFN matmuls; QKᵀ and attention × V); the discriminator head
+  adds T · (2·H² + 2·H) and the generator head S · (2·H_g·E + 2·E·V) at S positions (S = the N masked slots
+  for us, all T positions for a full-vocabulary head). Training = 3 × forward (the backward computes
+  gradients for the inputs and for the weights, 2 matmuls per forward matmul). Lookups, norms, softmax and
+  the optimizer are not counted (the usual MFU convention). ELECTRA-Small at T=128: 70.2 MFLOP per token
+  (90.2 without the gather).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+
+from electra.config import EncoderSize, ModelConfig, PretrainConfig, load_config, num_mask_slots
+
+# -- the official accounting (OFF flops_computation.py), re-derived ------------------------------------------
+
+DROPOUT = 4  # random number, compare, mask multiply, 1/(1-p) rescale
+LAYER_NORM = 5  # mean, variance (square + sum), scale, shift
+GELU = 8  # the tanh approximation's operations, as OFF counts them
+SOFTMAX = 5  # max-subtract, exp, sum, divide
+OFF_OUTPUT_FRACTION = 0.15625  # OFF: share of tokens that pay the generator's output softmax (20 of 128)
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """What OFF's count needs of one encoder: sizes, sequence length, vocabulary."""
+
+    h: int
+    layers: int
+    intermediate: int
+    heads: int
+    e: int
+    seq_len: int
+    vocab: int
+
+
+def _off_block(s: _Stack) -> float:
+    """Forward FLOPs of one transformer layer over one sequence."""
+    h, i, t, heads = s.h, s.intermediate, s.seq_len, s.heads
+    per_token = (
+        3 * 2 * h * h + 3 * h  # Q, K, V projections and biases
+        + 2 * h * t + (SOFTMAX + DROPOUT + 1) * t * heads  # scores; softmax, dropout, 1/sqrt(d) per head
+        + 2 * h * t  # weighted sum of values
+        + 2 * h * h + h + DROPOUT * h + h  # attention output dense, bias, dropout, residual
+        + LAYER_NORM  # OFF counts this LayerNorm as 5 per token, not 5·h (kept: it reproduces OFF's figures)
+        + 2 * h * i + i + GELU * i  # FFN in
+        + 2 * h * i + h + DROPOUT * h + h + LAYER_NORM * h  # FFN out, bias, dropout, residual, LayerNorm
+    )  # fmt: skip
+    return per_token * t
+
+
+def _off_input_embedding(s: _Stack) -> float:
+    e, t = s.e, s.seq_len
+    per_token = 2 * e * s.vocab + 2 * e * (t + 2) + 2 * e + LAYER_NORM * e + DROPOUT * e  # dense lookups
+    if s.e != s.h:
+        per_token += 2 * s.h * e + s.h  # embeddings_project
+    return per_token * t
+
+
+def _off_generator_output(s: _Stack, output_fraction: float) -> float:
+    e, v = s.e, s.vocab
+    per_token = 2 * e * v + 2 * s.h * e + e + GELU * e + LAYER_NORM * e + SOFTMAX * v + 2 * v
+    return output_fraction * per_token * s.seq_len
+
+
+def _off_discriminator_output(s: _Stack) -> float:
+    return (2 * s.h * s.h + s.h + GELU * s.h + 2 * s.h) * s.seq_len
+
+
+def off_train_flops(
+    cfg: PretrainConfig, steps: int | None = None, output_fraction: float = OFF_OUTPUT_FRACTION
+) -> float:
+    """Training FLOPs of a full run by the official ELECTRA accounting (generator + discriminator)."""
+    m, T = cfg.model, cfg.data.seq_len
+    steps = cfg.train.max_steps if steps is None else steps
+    E, V = m.embedding_size, m.vocab_size
+    disc, gen = (
+        _Stack(s.hidden_size, s.num_layers, s.intermediate_size, s.num_heads, E, T, V)
+        for s in (m.discriminator, m.generator)
+    )
+    forward = (
+        disc.layers * _off_block(disc) + _off_input_embedding(disc) + _off_discriminator_output(disc)
+        + gen.layers * _off_block(gen) + _off_input_embedding(gen)
+        + _off_generator_output(gen, output_fraction)
+    )  # fmt: skip
+    return 2 * forward * cfg.train.batch_size * steps  # backward counted equal to forward
+
+
+# -- the matmul FLOPs our training step executes -------------------------------------------------------------
+
+
+def encoder_forward_flops(size: EncoderSize, embedding_size: int, seq_len: int) -> int:
+    """Matmul FLOPs of embeddings_project + the encoder layers, forward, one sequence."""
+    H, I, T = size.hidden_size, size.intermediate_size, seq_len
+    project = 2 * embedding_size * H if embedding_size != H else 0
+    layer = 8 * H * H + 4 * H * I + 4 * T * H
+    return T * (project + size.num_layers * layer)
+
+
+def generator_head_flops(m: ModelConfig, positions: int) -> int:
+    """Dense(H_g -> E) and the tied output matmul (E -> V) at `positions` positions, forward."""
+    return positions * (2 * m.generator.hidden_size * m.embedding_size + 2 * m.embedding_size * m.vocab_size)
+
+
+def pretrain_step_flops(
+    cfg: PretrainConfig, batch_size: int, seq_len: int, full_vocab_head: bool = False
+) -> int:
+    """Matmul FLOPs of one training step (forward + backward) of generator + discriminator."""
+    m = cfg.model
+    H = m.hidden_size
+    slots = seq_len if full_vocab_head else num_mask_slots(cfg.objective, seq_len)
+    forward = (
+        encoder_forward_flops(m.generator, m.embedding_size, seq_len)
+        + generator_head_flops(m, slots)
+        + encoder_forward_flops(m.discriminator, m.embedding_size, seq_len)
+        + seq_len * (2 * H * H + 2 * H)  # discriminator head
+    )
+    return 3 * forward * batch_size
+
+
+def finetune_step_flops(
+    m: ModelConfig, batch_size: int, seq_len: int, num_labels: int, train: bool = True
+) -> int:
+    """Matmul FLOPs of a classification step on the discriminator body; the head runs on [CLS] only."""
+    H = m.hidden_size
+    body = encoder_forward_flops(m.discriminator, m.embedding_size, seq_len)
+    forward = body + 2 * H * H + 2 * H * num_labels
+    return (3 if train else 1) * forward * batch_size
+
+
+# -- wall-clock compute (pfs-days) -----------------------------------------------------------------------
+
+UTILISATION = 0.33  # OpenAI "AI and Compute": assumed fraction of peak actually used
+PFS_DAY = 1e15 * 86400  # FLOPs in one petaflop/s-day
+
+# Peak dense TFLOP/s from vendor datasheets, in the precision the conventional tables use: fp32 for the GPUs
+# of the ELECTRA-era comparisons (V100 at 15.7 gives SPEC §8's 0.02 for ELECTRA-Small; its 125 TFLOP/s
+# tensor-core figure would give 0.165).
+DEVICE_PEAK_TFLOPS = {
+    "v100": 15.7,  # SXM2, fp32
+    "p6000": 12.0,  # Quadro P6000, fp32 (RC's "P600" row for GPT only reproduces with this card)
+    "rtx3090": 35.6,  # fp32
+    "a100": 312.0,  # bf16 dense
+    "h100": 989.0,  # SXM, bf16 dense
+    "h200": 989.0,  # bf16 dense (same compute as H100 SXM)
+}
+
+
+def pfs_days(days: float, gpus: int, peak_tflops: float, utilisation: float = UTILISATION) -> float:
+    """SPEC §8 convention: days × GPUs × peak TFLOP/s × utilisation / 1000."""
+    return days * gpus * peak_tflops * utilisation / 1000
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="small", help="preset name or YAML file (default: small)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override; repeatable")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the config's max_steps)")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: the config's)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the config's)")
+    peak = p.add_mutually_exclusive_group()
+    peak.add_argument("--device-tflops", type=float, default=None, help="peak TFLOP/s of one device")
+    peak.add_argument("--device", choices=sorted(DEVICE_PEAK_TFLOPS), default=None, help="a device's peak")
+    p.add_argument("--gpus", type=int, default=1, help="devices used (default 1)")
+    wall = p.add_mutually_exclusive_group()
+    wall.add_argument("--days", type=float, default=None, help="wall-clock days of the run")
+    wall.add_argument("--hours", type=float, default=None, help="wall-clock hours of the run")
+    wall.add_argument("--ms-per-step", type=float, default=None, help="a measured step time (electra bench)")
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(args.set)
+    if args.batch_size is not None:
+        overrides.append(f"train.batch_size={args.batch_size}")
+    if args.seq_len is not None:
+        overrides.append(f"data.seq_len={args.seq_len}")
+    cfg = load_config(args.preset, overrides)
+    steps = cfg.train.max_steps if args.steps is None else args.steps
+    B, T = cfg.train.batch_size, cfg.data.seq_len
+    step = pretrain_step_flops(cfg, B, T)
+    total = off_train_flops(cfg, steps)
+    out = {
+        "preset": args.preset,
+        "steps": steps,
+        "batch_size": B,
+        "seq_len": T,
+        "total_flops": total,
+        "method": "google-research/electra flops_computation.py (backward = forward, dense lookups)",
+        "executed_flops_per_step": step,
+        "executed_flops_per_token": step / (B * T),
+        "executed_total_flops": step * steps,
+        "executed_method": "matmuls only, train = 3 x forward, generator head at the masked slots",
+        "pfs_days_of_flops": total / PFS_DAY,
+    }
+    days = args.days if args.days is not None else None
+    if args.hours is not None:
+        days = args.hours / 24
+    if args.ms_per_step is not None:
+        days = args.ms_per_step * steps / 1000 / 86400
+    peak = DEVICE_PEAK_TFLOPS[args.device] if args.device else args.device_tflops
+    if days is not None:
+        out["wall_days"] = days
+        out["wall_hours"] = days * 24
+        if peak is not None:
+            out.update(gpus=args.gpus, peak_tflops=peak, utilisation=UTILISATION)
+            out["pfs_days"] = pfs_days(days, args.gpus, peak)
+    print(json.dumps(out))
+    return 0
