@@ -131,7 +131,9 @@ def sample_replacements(
     distribution with one uniform per slot instead of one per vocabulary entry. Both are keyed per example; the
     inverse CDF is the default because keyed noise over B x N x V entries costs seconds per step on a CPU.
     """
-    logits = logits.float() / temperature  # fp32 always: pytorch/pytorch#41663
+    logits = logits.float()  # fp32 always: pytorch/pytorch#41663
+    if temperature != 1.0:  # at T = 1 the division would be a pass over B x N x V for nothing
+        logits = logits / temperature
     if disallow_correct:
         logits = logits.scatter(-1, targets[..., None], float("-inf"))
     B, N, V = logits.shape
@@ -140,8 +142,9 @@ def sample_replacements(
         row_keys = _mix32((keys[:, None] + slots) & _MASK32)  # (B, N): one key per slot
         u = keyed_uniform(row_keys.reshape(-1), V, STREAM_SAMPLE).view(B, N, V)
         return (logits - torch.log(-torch.log(u))).argmax(-1)
-    probs = torch.softmax(logits, dim=-1)
-    cdf = probs.cumsum(-1)  # (B, N, V)
+    # An unnormalised CDF, built in place: the uniform is scaled by its total below, so softmax's sum and
+    # division are not needed. Measured (16 x 19 x 30522, 2 threads): 37 ms vs 73 ms for softmax + cumsum.
+    cdf = (logits - logits.amax(-1, keepdim=True)).exp_().cumsum_(-1)  # (B, N, V)
     u = keyed_uniform(keys, N, STREAM_SAMPLE)  # (B, N)
     target = (u * cdf[..., -1])[..., None].contiguous()
     return torch.searchsorted(cdf, target).squeeze(-1).clamp_(max=V - 1)
