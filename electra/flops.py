@@ -134,12 +134,13 @@ def pretrain_step_flops(
 
 
 def finetune_step_flops(
-    m: ModelConfig, batch_size: int, seq_len: int, num_labels: int, train: bool = True
+    m: ModelConfig, batch_size: int, seq_len: int, num_labels: int, train: bool = True, head: str = "cls-linear"
 ) -> int:
-    """Matmul FLOPs of a classification step on the discriminator body; the head runs on [CLS] only."""
+    """Matmul FLOPs of a GLUE step on the discriminator body; the head (electra.glue.heads) runs once per
+    sequence: Linear(H, n) for cls-linear, Linear(H, H) then Linear(H, n) for mean-mlp and hf."""
     H = m.hidden_size
     body = encoder_forward_flops(m.discriminator, m.embedding_size, seq_len)
-    forward = body + 2 * H * H + 2 * H * num_labels
+    forward = body + (0 if head == "cls-linear" else 2 * H * H) + 2 * H * num_labels
     return (3 if train else 1) * forward * batch_size
 
 

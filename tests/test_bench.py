@@ -1,0 +1,109 @@
+"""`electra bench`: the reported numbers are consistent with each other and with electra.flops, and the HF
+baseline is the same model (parameters, tying) doing the FLOPs the formula says (full-vocabulary head)."""
+
+import json
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from electra import bench
+from electra.cli import main
+from electra.config import load_config
+from electra.flops import finetune_step_flops, pretrain_step_flops
+from electra.glue.heads import GlueModel
+from electra.model import ElectraForPretraining, ElectraModel
+
+TINY = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "2", "--warmup", "1", "--device", "cpu"]
+
+
+def _last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def _check_row(row: dict, batch_size: int, seq_len: int) -> None:
+    seconds = row["ms_per_step"] / 1000
+    assert row["ms_min"] <= row["ms_per_step"] <= row["ms_max"]
+    assert row["sequences_per_s"] == pytest.approx(batch_size / seconds)
+    assert row["tokens_per_s"] == pytest.approx(batch_size * seq_len / seconds)
+    assert row["achieved_tflops"] == pytest.approx(row["flops_per_step"] / seconds / 1e12)
+    assert row["peak_fraction"] == pytest.approx(row["achieved_tflops"] / row["peak_tflops"])
+    assert 0 < row["peak_tflops"] <= row["peak_tflops_max"]
+
+
+def test_pretrain_both_reports_consistent_numbers(capsys):
+    assert main(["bench", "pretrain", *TINY, "--impl", "both"]) == 0
+    out = _last_json(capsys)
+    cfg = load_config("tiny", ["data.seq_len=32"])
+    assert (out["impl"], out["hf"]["impl"], out["device"], out["dtype"]) == ("ours", "hf", "cpu", "fp32")
+    assert out["flops_per_step"] == pretrain_step_flops(cfg, 4, 32)
+    assert out["hf"]["flops_per_step"] == pretrain_step_flops(cfg, 4, 32, full_vocab_head=True)
+    _check_row(out, 4, 32)
+    _check_row(out["hf"], 4, 32)
+    assert out["speedup_vs_hf_min"] <= out["speedup_vs_hf"]
+    assert out["hours_per_1m_steps"] == pytest.approx(out["ms_per_step"] / 3600)
+    assert out["peak_memory_gb"] > 0
+
+
+def test_finetune_reports_training_and_evaluation(capsys):
+    assert main(["bench", "finetune", *TINY, "--eval-batch-size", "8", "--num-labels", "3"]) == 0
+    out = _last_json(capsys)
+    cfg = load_config("tiny")
+    assert out["flops_per_step"] == finetune_step_flops(cfg.model, 4, 32, 3)
+    assert out["eval"]["flops_per_step"] == finetune_step_flops(cfg.model, 8, 32, 3, train=False)
+    _check_row(out, 4, 32)
+    _check_row(out["eval"], 8, 32)
+    assert out["eval_sequences_per_s"] == out["eval"]["sequences_per_s"]
+
+
+@pytest.mark.parametrize("head", ["cls-linear", "hf"])
+def test_finetune_flops_formula_counts_the_glue_model(head):
+    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0"])
+    model = GlueModel(ElectraModel(cfg.model), cfg.model, head, 3)
+    ids, mask, types = bench.synthetic_batch(cfg.model.vocab_size, 4, 32, torch.device("cpu"))
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        model(ids, mask, types).sum().backward()
+    assert counter.get_total_flops() == finetune_step_flops(cfg.model, 4, 32, 3, head=head)
+
+
+def test_hf_baseline_is_the_same_model_with_a_full_vocabulary_head():
+    transformers = pytest.importorskip("transformers")  # noqa: F841
+    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32"])
+    gen, disc = bench.hf_models(cfg)
+    pair = torch.nn.ModuleList([gen, disc])
+    ours = ElectraForPretraining(cfg.model, cfg.objective)
+    # one shared embedding block and a tied output layer: the same parameter count as ours
+    assert gen.electra.embeddings is disc.electra.embeddings
+    assert gen.generator_lm_head.weight is disc.electra.embeddings.word_embeddings.weight
+    assert sum(p.numel() for p in pair.parameters()) == sum(p.numel() for p in ours.parameters())
+    # and the FLOPs of one forward + backward are the formula's with the head at every position
+    loss_fn = bench.hf_loss_fn(cfg, pair, torch.device("cpu"), "fp32")
+    batch = bench.synthetic_batch(cfg.model.vocab_size, 4, 32, torch.device("cpu"))
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        loss_fn(*batch, torch.arange(4)).backward()
+    assert counter.get_total_flops() == pretrain_step_flops(cfg, 4, 32, full_vocab_head=True)
+
+
+def test_training_step_lowers_the_loss_on_a_fixed_batch():
+    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32"])
+    step = bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False)
+    # the same example ids each step: the same masked batch, which AdamW at 5e-4 fits quickly
+    losses = [step(0).item() for _ in range(15)]
+    assert losses[-1] < 0.9 * losses[0]  # 41.5 -> 35.1 here
+
+
+def test_check_agrees_on_cpu(capsys):
+    """bf16 autocast vs fp32 on CPU, eager only here (the compiled modes are covered by test_compile.py)."""
+    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32"])
+    losses = {}
+    for dtype in ("fp32", "bf16"):
+        step = bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), dtype, compile=False)
+        losses[dtype] = torch.tensor([step(i).item() for i in range(3)])
+    assert torch.allclose(losses["bf16"], losses["fp32"], rtol=bench.BF16_RTOL)
+
+
+def test_matmul_probe_and_allocator_tuning():
+    probe = bench.matmul_probe(torch.device("cpu"), "fp32")
+    assert probe() > 0
+    assert isinstance(bench.keep_freed_memory_in_heap(), bool)
