@@ -38,7 +38,9 @@ def _mix32(x: Tensor) -> Tensor:
 def example_keys(seed: int, example_ids: Tensor) -> Tensor:
     """(B,) int64 keys in [0, 2^32) from the run seed and each example's global index in the data stream."""
     ids = example_ids.long()
-    seed_key = _mix32(torch.tensor(seed & _MASK32, device=ids.device) ^ _mix32(torch.tensor(seed >> 32)))
+    # The hash runs on Python ints here: torch.tensor(seed, device="cuda") would be a blocking host-to-device
+    # copy, i.e. a sync with the GPU on every call (same values; `electra bench check` asserts no syncs).
+    seed_key = _mix32((seed & _MASK32) ^ _mix32(seed >> 32))
     x = _mix32((ids & _MASK32) ^ seed_key)
     return _mix32(x ^ ((ids >> 32) & _MASK32))
 
