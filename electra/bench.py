@@ -283,7 +283,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name, help_text in (
         ("pretrain", "time a pretraining step (masking, generator, discriminator, backward, clip, AdamW)"),
         ("finetune", "time a GLUE classification step and evaluation throughput"),
-        ("check", "losses of bf16 vs fp32 and compiled vs eager agree (exit 1 if not)"),
+        ("check", "bf16 vs fp32 and compiled vs eager losses agree, no host-device syncs (exit 1 if not)"),
     ):
         q = sub.add_parser(name, help=help_text)
         q.add_argument("--preset", default="small", help="preset name or YAML file (default: small)")
@@ -403,16 +403,34 @@ COMPILED_BF16_RTOL = 2e-2  # fused kernels round bf16 intermediates at different
 BF16_RTOL = 5e-2  # bf16 keeps 8 mantissa bits (0.4% per rounding); averaged losses stay within a few %
 
 
+def host_device_sync(step: Callable[[int], Tensor], i: int, device: torch.device) -> str | None:
+    """Run one training step with CUDA's sync debug mode raising on any host-device synchronisation
+    (`.item()`, boolean indexing, blocking copies): the error's first line, or None when the step has none."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step(i)
+    except RuntimeError as err:
+        return str(err).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return None
+
+
 def run_check(args: argparse.Namespace) -> int:
-    """Train the same model on the same batches in four modes, without dropout (its RNG differs when compiled)."""
+    """Train the same model on the same batches in four modes, without dropout (its RNG differs when compiled);
+    on CUDA also check that a step makes no host-device synchronisation."""
     no_dropout = ["model.dropout=0.0", "model.attention_dropout=0.0"]
     cfg = load_config(args.preset, [*args.set, f"data.seq_len={args.seq_len}", *no_dropout])
     device = torch.device(args.device)
-    losses = {}
+    losses, syncs = {}, {}
     for dtype in ("fp32", "bf16"):
         for compile in (False, True):
+            mode = dtype + ("_compiled" if compile else "")
             step = make_pretrain_step("ours", cfg, args.batch_size, device, dtype, compile)
-            losses[dtype + ("_compiled" if compile else "")] = [step(i).item() for i in range(args.steps)]
+            losses[mode] = [step(i).item() for i in range(args.steps)]
+            syncs[mode] = host_device_sync(step, args.steps, device)
 
     def max_rel_diff(a: str, b: str) -> float:
         return max(abs(x - y) / abs(y) for x, y in zip(losses[a], losses[b], strict=True))
@@ -423,8 +441,9 @@ def run_check(args: argparse.Namespace) -> int:
         "bf16_vs_fp32": (max_rel_diff("bf16", "fp32"), BF16_RTOL),
     }
     out = {
-        "ok": all(diff <= tol for diff, tol in checks.values()),
+        "ok": all(diff <= tol for diff, tol in checks.values()) and not any(syncs.values()),
         "max_rel_diff": {name: diff for name, (diff, _) in checks.items()},
+        "host_device_syncs": syncs,
         "tolerance": {name: tol for name, (_, tol) in checks.items()},
         "losses": losses,
         **environment(args, device, "fp32+bf16", True),
