@@ -15,8 +15,8 @@ from electra.model import ElectraForPretraining
 NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]  # compiled dropout draws other random numbers
 
 
-def _setup(overrides=()):
-    cfg = load_config("tiny", [*NO_DROPOUT, *overrides])
+def _setup(overrides=NO_DROPOUT):
+    cfg = load_config("tiny", list(overrides))
     torch.manual_seed(0)
     model = ElectraForPretraining(cfg.model, cfg.objective).train()
     loss_fn = ours_loss_fn(cfg, model, torch.device("cpu"), "fp32")
@@ -32,9 +32,10 @@ def _loss_and_grads(model, fn, batch):
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-def test_training_forward_has_no_graph_breaks():
+@pytest.mark.parametrize("overrides", [NO_DROPOUT, []], ids=["no-dropout", "dropout"])
+def test_training_forward_has_no_graph_breaks(overrides):
     torch._dynamo.reset()
-    model, loss_fn, batch = _setup()
+    model, loss_fn, batch = _setup(overrides)
     explanation = torch._dynamo.explain(loss_fn)(*batch)
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert explanation.graph_count == 1
@@ -61,7 +62,7 @@ def test_fullgraph_forward_and_backward_equal_eager():
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler for inductor")
 def test_inductor_matches_eager():
     torch._dynamo.reset()
-    model, loss_fn, batch = _setup(["model.num_layers=1"])
+    model, loss_fn, batch = _setup([*NO_DROPOUT, "model.num_layers=1"])
     compiled = torch.compile(loss_fn, fullgraph=True, dynamic=False)
     loss_c, grads_c = _loss_and_grads(model, compiled, batch)
     loss_e, grads_e = _loss_and_grads(model, loss_fn, batch)
