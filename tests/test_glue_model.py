@@ -17,15 +17,6 @@ from electra.model import ElectraModel
 from tests.test_glue_fixtures import make_run, make_tokenizer, tiny_model_config, write_custom_task
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two shared cores: one intra-op thread is faster for these tiny matrices than two fighting threads."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _model(head: str, num_outputs: int = 2, **sizes) -> GlueModel:
     cfg = tiny_model_config(**sizes)
     return GlueModel(ElectraModel(cfg), cfg, head, num_outputs).eval()

@@ -21,17 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # two shared cores: no thread fights
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two shared cores: one intra-op thread is faster for these tiny matrices than two fighting threads."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("world")
