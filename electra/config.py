@@ -142,7 +142,8 @@ class TrainConfig:
     save_every: int = 10_000
     keep_last: int = 3
     max_nonfinite: int = 20
-    """Stop after this many consecutive steps with non-finite loss or gradients."""
+    """Stop after this many consecutive steps with non-finite loss or gradients (each skips its update). Checked
+    at each log line and save, so a run may go on for up to `log_every` steps past the limit."""
     collapse_patience: int = 3
     """Evaluations in a row with collapsed discriminator metrics before the run is flagged."""
     stop_on_collapse: bool = False

@@ -27,50 +27,83 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-class AdamNoBiasCorrection(torch.optim.Optimizer):
+class AdamNoBiasCorrection(torch.optim.AdamW):
     """OFF's AdamWeightDecayOptimizer: Adam whose moments are used without bias correction, and decoupled decay.
 
         m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2;   p -= lr * (m / (sqrt(v) + eps) + wd * p)
 
     Without bias correction the first steps are small (m starts at 0); the warmup hides this in OFF's recipe.
-    Multi-tensor (`torch._foreach_*`) updates: one kernel per op for all parameters.
+
+    Built on PyTorch's AdamW with every parameter's step count held at 2**30: both bias corrections
+    1 - beta**step are then exactly 1 (the powers underflow to 0), and the fp32 counter stays there because
+    2**30 + 1 rounds back to 2**30. So OFF's update gets PyTorch's fused kernel (one kernel for all tensors on CPU
+    and CUDA; ELECTRA-Small on 2 CPU threads: 14 vs 50 ms per step for the multi-tensor version it replaces,
+    docs/benchmarks.md) and the fused kernel's on-device skip of a non-finite step (`step_unless`).
     """
 
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+    STEP = float(2**30)
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
+                 fused: bool | None = None):  # fmt: skip
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
+        self._hold_step_counts()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        # the earlier multi-tensor version of this optimizer saved the two moments only
+        moments = {k: {"step": torch.tensor(self.STEP), **v} for k, v in state_dict["state"].items()}
+        super().load_state_dict({**state_dict, "state": moments})
+        for group in self.param_groups:  # how to compute is this process's choice
+            group.update({k: self.defaults[k] for k in ("fused", "foreach", "capturable")})
+        self._hold_step_counts()
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def _hold_step_counts(self) -> None:
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            for p in params:
-                if not self.state[p]:
-                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    self.state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            grads = [p.grad for p in params]
-            m = [self.state[p]["exp_avg"] for p in params]
-            v = [self.state[p]["exp_avg_sq"] for p in params]
-            b1, b2 = group["betas"]
-            torch._foreach_lerp_(m, grads, 1 - b1)  # m = b1 m + (1 - b1) g
-            torch._foreach_mul_(v, b2)
-            torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
-            denom = torch._foreach_sqrt(v)
-            torch._foreach_add_(denom, group["eps"])
-            if group["weight_decay"]:
-                torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
-            torch._foreach_addcdiv_(params, m, denom, value=-group["lr"])
+            for p in group["params"]:
+                state = self.state[p]
+                on_device = group["fused"] or group["capturable"]  # where PyTorch's AdamW keeps the count
+                state["step"] = torch.tensor(self.STEP, dtype=torch.float32, device=p.device if on_device else None)
+                for moment in ("exp_avg", "exp_avg_sq"):
+                    if moment not in state:
+                        state[moment] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     groups = param_groups(model, cfg.weight_decay)
     betas = (cfg.beta1, cfg.beta2)
+    # Fused on CPU and CUDA: one kernel for all tensors, and an update that can be skipped without a host sync.
+    fused = device.type in ("cpu", "cuda")
     if cfg.optimizer == "adam":
-        return AdamNoBiasCorrection(groups, lr=cfg.lr, betas=betas, eps=cfg.eps)
-    # PyTorch's AdamW is the study's optimizer exactly (decoupled decay, bias correction). Fused on CPU and CUDA:
-    # one kernel for all tensors (ELECTRA-Small on 2 CPU threads: 14 vs 50 ms per step, docs/benchmarks.md).
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, fused=device.type in ("cpu", "cuda"))
+        return AdamNoBiasCorrection(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, fused=fused)
+    # PyTorch's AdamW is the study's optimizer exactly (decoupled decay, bias correction).
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, fused=fused)
+
+
+def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
+    """`optimizer.step()`, except where the 0-dim bool tensor `skip` is true: then parameters, moments and step
+    counts stay exactly as they were. A fused Adam decides on the device (no host sync); others read `skip`."""
+    if all(group.get("fused") for group in optimizer.param_groups):
+        # the attributes through which GradScaler hands PyTorch's fused Adam kernels their skip flag
+        optimizer.grad_scale, optimizer.found_inf = None, skip.float()
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.grad_scale, optimizer.found_inf
+    elif not bool(skip):  # a host sync
+        optimizer.step()
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, params: list[torch.Tensor],
+                  max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The end of a training step: unscale (fp16), clip the global gradient norm, update unless that norm is
+    non-finite, then clear the gradients. Returns (gradient norm, skipped) as device tensors: no host sync."""
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).detach()
+    skipped = ~torch.isfinite(grad_norm)
+    step_unless(optimizer, skipped)
+    scaler.update()  # fp16: backs off the loss scale after an overflow (recorded by unscale_)
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, skipped
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:

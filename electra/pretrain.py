@@ -34,7 +34,7 @@ from electra.config import PretrainConfig, load_config
 from electra.data import PretrainingData, TokenizerInfo
 from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
 from electra.monitor import batch_to_device, masked_batch, open_loggers, watch_collapse, write_metrics
-from electra.optim import build_optimizer, learning_rate, set_learning_rate
+from electra.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
 
 log = logging.getLogger("electra.pretrain")
 
@@ -164,9 +164,13 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     special = torch.tensor(tokens.special_ids, device=dev)
     window = torch.zeros(len(STAT_NAMES), device=dev)  # summed stats since the last log line, on device
     norm_sum, window_steps, window_start = torch.zeros((), device=dev), 0, time.perf_counter()
+    nonfinite = torch.tensor(meta["nonfinite_skipped"], device=dev)  # skipped updates, on device
+    nonfinite_streak = torch.tensor(meta.get("consecutive_nonfinite", 0), device=dev)
+    skipped_before_window = meta["nonfinite_skipped"]
     flops_per_step = training_flops_per_step(cfg)
     bar = tqdm(total=t.max_steps, initial=start, desc="pretrain", disable=not main_process, dynamic_ncols=True)
     raw_model.train()
+    params = list(raw_model.parameters())
     step = start
     try:
         for step in range(start, t.max_steps):
@@ -183,50 +187,40 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             if world > 1:
                 dist.all_reduce(counts)
             mlm_norm, disc_norm = counts[0].clamp(min=1), counts[1].clamp(min=1)
+            step_stats = torch.zeros(len(STAT_NAMES), device=dev)
             for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
                 sync = world == 1 or i == accum - 1
                 with contextlib.nullcontext() if sync else model.no_sync(), autocast:
                     out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], m, mlm_norm, disc_norm)
                 # DDP averages gradients over ranks; our losses are already shares of the global batch
                 scaler.scale(out.loss * world).backward()
-                window += torch.stack([out.stats[k] for k in STAT_NAMES])
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), t.grad_clip)
-            if precision == "fp16":
-                scale = scaler.get_scale()
-                scaler.step(optimizer)  # skips the update itself when gradients overflowed
-                scaler.update()
-                finite = scaler.get_scale() >= scale
-            else:
-                finite = bool(torch.isfinite(grad_norm))  # the one host sync per step
-                if finite:
-                    optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if finite:
-                meta["consecutive_nonfinite"] = 0
-                norm_sum += grad_norm.detach()
-            else:
-                meta["nonfinite_skipped"] += 1
-                meta["consecutive_nonfinite"] = meta.get("consecutive_nonfinite", 0) + 1
-                log.warning("step %d: non-finite loss or gradients, update skipped", step)
-                if meta["consecutive_nonfinite"] >= t.max_nonfinite:
-                    raise NonFiniteError(
-                        f"stopped at step {step}: {t.max_nonfinite} steps in a row had non-finite loss or gradients; "
-                        f"the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, "
-                        "or use bf16/fp32)"
-                    )
+                step_stats += torch.stack([out.stats[k] for k in STAT_NAMES])
+            # A non-finite loss or gradient skips the update, decided on the device: no host sync in the step.
+            # The counts are read, and the run stopped after too many in a row, at the next log line or save.
+            grad_norm, bad = clip_and_step(optimizer, scaler, params, t.grad_clip)
+            nonfinite += bad
+            nonfinite_streak.add_(1).mul_(bad)
+            window += torch.where(bad, 0.0, step_stats)
+            norm_sum += torch.where(bad, 0.0, grad_norm)
             meta["step"], meta["samples"] = step + 1, (step + 1) * t.batch_size
             window_steps += 1
             bar.update(1)
             done = step + 1
 
-            if done % t.log_every == 0 or done == t.max_steps:
+            signalled = stop["signal"]  # read once: a signal arriving later is handled after the next step
+            log_now = done % t.log_every == 0 or done == t.max_steps
+            save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
+            if log_now or save_now:
+                settle_nonfinite(nonfinite, nonfinite_streak, meta, t.max_nonfinite, done, run_dir)
+            if log_now:
+                window_skipped = meta["nonfinite_skipped"] - skipped_before_window
                 stats = window.clone()
                 if world > 1:
                     dist.all_reduce(stats)
                 metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
                 elapsed = time.perf_counter() - window_start
-                row = {"step": done, "lr": lr, "grad_norm": norm_sum.item() / max(1, window_steps), **metrics,
+                updates = max(1, window_steps - window_skipped)
+                row = {"step": done, "lr": lr, "grad_norm": norm_sum.item() / updates, **metrics,
                        "tokens_per_s": window_steps * t.batch_size * cfg.data.seq_len / elapsed,
                        "samples": meta["samples"], "flops": flops_per_step * done,
                        "nonfinite_skipped": meta["nonfinite_skipped"]}  # fmt: skip
@@ -237,14 +231,15 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
                 window.zero_()
                 norm_sum.zero_()
                 window_steps, window_start = 0, time.perf_counter()
+                skipped_before_window = meta["nonfinite_skipped"]
 
             if done % t.eval_every == 0 or done == t.max_steps:
                 watch_collapse(raw_model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, done)
-            if done % t.save_every == 0 or done == t.max_steps or stop["signal"] is not None:
+            if save_now:
                 ckpt_io.save_training_state(run_dir, cfg, raw_model, optimizer, scaler, meta, rank, world)
-            if stop["signal"] is not None:
-                log.warning("signal %s: saved step %d and stopped; continue with --resume auto", stop["signal"], done)
-                meta["stopped_by_signal"] = int(stop["signal"])
+            if signalled is not None:
+                log.warning("signal %s: saved step %d and stopped; continue with --resume auto", signalled, done)
+                meta["stopped_by_signal"] = int(signalled)
                 break
             if meta["collapsed"] and t.stop_on_collapse:
                 log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")
@@ -262,6 +257,21 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     if world > 1:
         dist.barrier()
     return meta
+
+
+def settle_nonfinite(nonfinite: torch.Tensor, streak: torch.Tensor, meta: dict, limit: int, done: int,
+                     run_dir: Path) -> None:  # fmt: skip
+    """Read the on-device counts of skipped updates into `meta` (a host sync); stop when `limit` came in a row."""
+    total, in_a_row = torch.stack([nonfinite, streak]).tolist()
+    if total > meta["nonfinite_skipped"]:
+        log.warning("%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
+                    total - meta["nonfinite_skipped"], done, in_a_row)  # fmt: skip
+    meta["nonfinite_skipped"], meta["consecutive_nonfinite"] = total, in_a_row
+    if in_a_row >= limit:
+        raise NonFiniteError(
+            f"stopped at step {done}: the last {in_a_row} steps had non-finite loss or gradients (limit {limit}); "
+            f"the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, or use bf16/fp32)"
+        )
 
 
 # -- run folder, checkpoints, logging -------------------------------------------------------------------------

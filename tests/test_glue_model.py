@@ -157,6 +157,16 @@ def test_finetuning_learns_a_learnable_task(tmp_path, run):
     assert again[0]["loss_end"] == again[1]["loss_end"]
 
 
+def test_a_non_finite_loss_stops_fine_tuning_naming_the_step(tmp_path, run):
+    specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
+    pre = load_pretrained(str(run))
+    pre.body_state["embeddings.LayerNorm.weight"][0] = float("nan")  # every loss is NaN from the first step
+    cfg = FinetuneConfig(max_steps=25, batch_size=8)
+    prep = prepare(load_task(specs[0]), pre.tokenizer, cfg)
+    with pytest.raises(FloatingPointError, match="loss is nan at step 0$"):
+        finetune(prep, pre, cfg, seed=0, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
+
+
 def test_predictions_come_back_in_example_order(tmp_path):
     f, _ = _batch(tmp_path)
     model = _model("cls-linear")

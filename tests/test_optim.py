@@ -1,5 +1,6 @@
 """The two optimizers and two schedules against values computed by hand."""
 
+import copy
 import math
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 from torch import nn
 
 from electra.config import TrainConfig
-from electra.optim import AdamNoBiasCorrection, build_optimizer, learning_rate, param_groups
+from electra.optim import AdamNoBiasCorrection, build_optimizer, learning_rate, param_groups, step_unless
 
 
 def test_adam_without_bias_correction_two_steps_by_hand():
@@ -70,3 +71,53 @@ def test_study_schedule_is_warmup_then_linear_decay():
     assert learning_rate(10_000, cfg) == pytest.approx(5e-4)
     assert learning_rate(505_000, cfg) == pytest.approx(2.5e-4)
     assert learning_rate(1_000_000, cfg) == 0.0
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_a_skipped_step_changes_nothing_and_a_resumed_one_matches(name):
+    model = nn.Linear(4, 3)
+    cfg = TrainConfig(optimizer=name, lr=0.1, weight_decay=0.01)
+    opt = build_optimizer(model, cfg, torch.device("cpu"))
+    assert all(group["fused"] for group in opt.param_groups)  # the on-device skip needs the fused kernel
+    model.weight.grad, model.bias.grad = torch.randn(3, 4), torch.randn(3)
+    step_unless(opt, torch.tensor(False))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    saved = copy.deepcopy(opt.state_dict())
+    model.weight.grad, model.bias.grad = torch.randn(3, 4), torch.randn(3)
+    step_unless(opt, torch.tensor(True))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    for a, b in zip(opt.state_dict()["state"].values(), saved["state"].values(), strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    # the same update from a fresh optimizer loaded with the saved state: bit-equal
+    twin = nn.Linear(4, 3)
+    twin.load_state_dict(before)
+    twin_opt = build_optimizer(twin, cfg, torch.device("cpu"))
+    twin_opt.load_state_dict(saved)
+    for m in (model, twin):
+        m.weight.grad, m.bias.grad = torch.full((3, 4), 0.5), torch.full((3,), -0.25)
+    step_unless(opt, torch.tensor(False))
+    step_unless(twin_opt, torch.tensor(False))
+    assert torch.equal(model.weight, twin.weight) and not torch.equal(model.weight, before["weight"])
+
+
+def test_adam_state_without_step_counts_loads():
+    """The earlier multi-tensor OFF Adam saved only the two moments; such a state resumes with the same update."""
+    p = nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = AdamNoBiasCorrection([{"params": [p], "weight_decay": 0.01}], lr=0.1)
+    p.grad = torch.tensor([0.5, -1.0])
+    opt.step()
+    state = copy.deepcopy(opt.state_dict())
+    for s in state["state"].values():
+        del s["step"]
+    for group in state["param_groups"]:  # the earlier version's groups had only lr, betas, eps and weight_decay
+        for key in set(group) - {"lr", "betas", "eps", "weight_decay", "params"}:
+            del group[key]
+    q = nn.Parameter(p.detach().clone())
+    fresh = AdamNoBiasCorrection([{"params": [q], "weight_decay": 0.01}], lr=0.1)
+    fresh.load_state_dict(state)
+    assert fresh.state[q]["step"].item() == AdamNoBiasCorrection.STEP
+    p.grad, q.grad = torch.tensor([0.2, 0.3]), torch.tensor([0.2, 0.3])
+    opt.step()
+    fresh.step()
+    assert torch.equal(p, q)  # the same update, decoupled decay included

@@ -107,10 +107,30 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path):
     state["embeddings.LayerNorm.weight"][0] = float("nan")  # every later loss is NaN
     save_file(state, ckpt / "model.safetensors")
     before = (ckpt / "model.safetensors").read_bytes()
-    with pytest.raises(pretrain_module.NonFiniteError, match="3 steps in a row had non-finite"):
+    # skips are read at each log line (every 2 steps): the streak of 4 at step 6 is the first seen at >= 3
+    with pytest.raises(pretrain_module.NonFiniteError, match="step 6: the last 4 steps had non-finite"):
         pretrain(load_config("tiny", FAST + ["train.max_steps=10", "train.max_nonfinite=3"]), run, resume="auto")
     assert (ckpt / "model.safetensors").read_bytes() == before  # the last checkpoint is intact
     assert list_checkpoints(run) == [ckpt]
+
+
+def test_no_host_sync_inside_a_step(tmp_path, monkeypatch):
+    """Every way Python reads a tensor's value (a host-device sync on a GPU) is counted: a run of 8 steps makes
+    exactly as many as a run of 3 with the same log, eval and save points, so the step itself makes none."""
+    reads = []
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
+        original = getattr(torch.Tensor, name)
+        counted = lambda self, *a, _f=original, _n=name, **k: reads.append(_n) or _f(self, *a, **k)  # noqa: E731
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    counts = {}
+    for steps in (3, 8):
+        reads.clear()
+        cfg = ["train.batch_size=4", "train.eval_batches=1", "train.warmup_steps=2"]
+        cfg += [f"train.{k}={steps}" for k in ("max_steps", "log_every", "eval_every", "save_every")]
+        pretrain(load_config("tiny", cfg), tmp_path / str(steps))
+        counts[steps] = len(reads)
+    assert counts[3] > 0  # the counting works: the log line, evaluation and save read values
+    assert counts[8] == counts[3]
 
 
 class IidTokens:

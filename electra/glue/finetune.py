@@ -126,6 +126,19 @@ def autocast_for(device: torch.device, precision: str):
     return nullcontext()
 
 
+LOG_EVERY = 10  # steps between reads of the training loss (for the progress bar and the non-finite check)
+
+
+def check_finite(losses: torch.Tensor, step: int, what: str) -> list[float]:
+    """The losses of the last LOG_EVERY steps before `step`; an error naming the first non-finite one."""
+    first = max(0, step - LOG_EVERY)
+    recent = losses[first:step].tolist()
+    for i, value in enumerate(recent):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"{what}: loss is {value} at step {first + i}")
+    return recent
+
+
 def finetune(
     prep: Prepared, pre: Pretrained, cfg: FinetuneConfig, seed: int, device: torch.device,
     run_dir: Path, progress: bool = True,
@@ -146,7 +159,8 @@ def finetune(
     gen = torch.Generator().manual_seed(seed)  # data order: a function of the seed only
     amp = autocast_for(device, cfg.precision)
 
-    history, losses = [], []
+    history = []
+    losses = torch.full((total,), float("nan"), device=device)  # per step, read every LOG_EVERY steps: no sync
     bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, dynamic_ncols=True,
                mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file gets a line every 30 s, not 10 a second
     step = 0
@@ -167,21 +181,21 @@ def finetune(
                 loss = F.mse_loss(out.float().squeeze(-1), batch["labels"] / scale)
             else:
                 loss = F.cross_entropy(out.float(), batch["labels"])
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"{task.name} seed {seed}: loss is {loss.item()} at step {step}")
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+            losses[step] = loss.detach()
             step += 1
             bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-10:]):.4f}", lr=f"{cfg.lr * factor:.2e}")
+            if step % LOG_EVERY == 0 or step == total:
+                recent = check_finite(losses, step, f"{task.name} seed {seed}")
+                bar.set_postfix(loss=f"{np.mean(recent):.4f}", lr=f"{cfg.lr * factor:.2e}")
         if cfg.eval_every_epoch:
             history.append({"epoch": epoch + 1, "step": step, "metrics": evaluate(model, prep, cfg, device, scale)[0]})
     bar.close()
 
+    losses = losses[:step].tolist()
     scores, extra, check = evaluate(model, prep, cfg, device, scale)
     record = {
         "task": task.name, "seed": seed, "metrics": scores, "extra_metrics": extra,
