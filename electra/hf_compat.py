@@ -189,10 +189,23 @@ def to_hf(model: ElectraForPretraining, out_dir: str | Path, tokenizer_dir: str 
             raise HFConversionError(f"{which}: missing {missing[:5]}, unexpected {unexpected[:5]}")
         if which == "generator":
             hf_model.tie_weights()
-        hf_model.save_pretrained(out_dir / which)
+        save_quietly(hf_model, out_dir / which)
         if tokenizer_dir is not None:
             save_hf_tokenizer(tokenizer_dir, out_dir / which)
     return out_dir
+
+
+def save_quietly(hf_model, out_dir: str | Path) -> None:
+    """`save_pretrained` without transformers' one-shard "Writing model shards" progress bar."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        hf_model.save_pretrained(out_dir)
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def save_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> None:

@@ -8,9 +8,13 @@
     margin:                            x 1.2 for the allocator and the CUDA context
 
 An estimate, not a measurement: on a GPU, confirm with `electra bench pretrain --device cuda` (peak_memory).
+
+Also here: the glibc setting that `electra pretrain`, `electra glue` and `electra bench` use on CPU.
 """
 
 from __future__ import annotations
+
+import ctypes
 
 from electra.config import EncoderSize, PretrainConfig
 
@@ -42,3 +46,19 @@ def estimate_peak_bytes(cfg: PretrainConfig, micro_batch: int) -> float:
         activations += s.num_layers * per_layer * bytes_per_value / 2
     head = 3 * cfg.num_mask_slots * b * cfg.model.vocab_size * 4
     return MARGIN * (16 * parameter_count(cfg) + activations + head)
+
+
+def keep_freed_memory_in_heap() -> bool:
+    """Stop glibc from handing large freed blocks back to the OS (CPU only; a process-wide setting).
+
+    By default every tensor over 32 MB (the (B·N, V) generator logits and their softmax, gradient and CDF) is
+    a fresh mmap, so each step page-faults and zeroes it again: 20 ms per 37 MB tensor here. Raising the mmap
+    and trim thresholds keeps those pages in the heap for reuse. Measured on the ELECTRA-Small step (batch 16,
+    2 threads): 1441 ms vs 1720 ms per step; the generator head alone 86 ms vs 141 ms. Returns whether applied.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (macOS, musl): nothing to tune
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from <malloc.h>
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))

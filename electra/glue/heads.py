@@ -92,7 +92,7 @@ def export_hf(model: GlueModel, task: Task, out_dir: str | Path, tokenizer_dir: 
     """
     from transformers import ElectraConfig, ElectraForSequenceClassification
 
-    from electra.hf_compat import hf_config, save_hf_tokenizer
+    from electra.hf_compat import hf_config, save_hf_tokenizer, save_quietly
 
     if model.head_name != "hf":
         raise ValueError(f"only the hf head exports to ElectraForSequenceClassification, not {model.head_name!r}")
@@ -111,7 +111,7 @@ def export_hf(model: GlueModel, task: Task, out_dir: str | Path, tokenizer_dir: 
     if missing or result.unexpected_keys:
         raise ValueError(f"export to transformers: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
     out_dir = Path(out_dir)
-    hf_model.save_pretrained(out_dir)
+    save_quietly(hf_model, out_dir)
     (out_dir / "glue_task.json").write_text(json.dumps({"task": task.name, "labels": task.labels}, indent=1))
     if tokenizer_dir is not None:
         save_hf_tokenizer(tokenizer_dir, out_dir)

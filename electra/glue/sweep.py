@@ -37,6 +37,7 @@ from electra.glue.optim import CONVENTIONS
 from electra.glue.report import write_report
 from electra.glue.submission import write_submission
 from electra.glue.tasks import GLUE_TASKS, resolve_tasks
+from electra.memory import keep_freed_memory_in_heap
 
 log = logging.getLogger("electra.glue")
 
@@ -148,6 +149,7 @@ def work(
     pretrained: Pretrained | None = None,
 ) -> None:  # fmt: skip
     """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process."""
+    keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     todo = [(t, s) for t in data for s in seeds]
     done = [(t, s) for t, s in todo if (run_dir(out, t, s) / "result.json").exists()]
     if done:
