@@ -9,8 +9,8 @@
 #   4. finetune  a GLUE step (batch 32) and evaluation throughput, bf16 eager
 #   5. graphs    as 2 with CUDA graphs (torch.compile mode reduce-overhead)
 #
-# Needs python3 with a CUDA build of torch, tokenizers, safetensors and pyyaml (a dependency of huggingface_hub,
-# which tokenizers brings). Every part has a time limit and the whole run stays under BUDGET seconds (570 by
+# Needs python3 with a CUDA build of torch, numpy, tokenizers, safetensors and pyyaml (which tokenizers brings
+# through huggingface_hub); tests/test_bench.py runs the bench with everything else hidden. Every part has a time limit and the whole run stays under BUDGET seconds (570 by
 # default: 10 minutes with room for Python start-up); later parts are skipped when the budget is spent. Each
 # part writes OUT_DIR/NAME.log and its JSON result line to OUT_DIR/NAME.json; a summary is printed at the end.
 # Exit status 1 when the check fails or a part errors. DEVICE, PRESET, BATCH, SEQ, STEPS and DTYPE override the
@@ -32,7 +32,7 @@ status=0
 
 "$PY" - "$DEVICE" >"$OUT_DIR/env.json" <<'EOF' || { cat "$OUT_DIR/env.json"; echo "environment check failed"; exit 1; }
 import json, platform, sys
-import torch, yaml, tokenizers, safetensors  # noqa: F401  (what the package needs without an install step)
+import numpy, torch, yaml, tokenizers, safetensors  # noqa: F401  (what the package needs without an install step)
 device = sys.argv[1]
 if device == "cuda" and not torch.cuda.is_available():
     sys.exit(f"no CUDA device visible to torch {torch.__version__}")
