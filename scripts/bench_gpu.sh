@@ -10,11 +10,12 @@
 #   5. graphs    as 2 with CUDA graphs (torch.compile mode reduce-overhead)
 #
 # Needs python3 with a CUDA build of torch, numpy, tokenizers, safetensors and pyyaml (which tokenizers brings
-# through huggingface_hub); tests/test_bench.py runs the bench with everything else hidden. Every part has a time limit and the whole run stays under BUDGET seconds (570 by
-# default: 10 minutes with room for Python start-up); later parts are skipped when the budget is spent. Each
-# part writes OUT_DIR/NAME.log and its JSON result line to OUT_DIR/NAME.json; a summary is printed at the end.
-# Exit status 1 when the check fails or a part errors. DEVICE, PRESET, BATCH, SEQ, STEPS and DTYPE override the
-# defaults (e.g. DEVICE=cpu PRESET=tiny BATCH=4 SEQ=32 STEPS=2 DTYPE=fp32 for a smoke test without a GPU).
+# through huggingface_hub); tests/test_bench.py runs the bench with everything else hidden. Every part has a
+# time limit and the whole run stays under BUDGET seconds (570 by default: 10 minutes with room for Python
+# start-up); later parts are skipped when the budget is spent. Each part writes OUT_DIR/NAME.log and its JSON
+# result line to OUT_DIR/NAME.json; a summary is printed at the end. Exit status 1 when the check fails or a part
+# errors. DEVICE, PRESET, BATCH, SEQ, STEPS and DTYPE override the defaults (e.g. DEVICE=cpu PRESET=tiny BATCH=4
+# SEQ=32 STEPS=2 DTYPE=fp32 for a smoke test without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-runs/bench_gpu}
