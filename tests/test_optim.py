@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from electra.config import TrainConfig
-from electra.optim import AdamNoBiasCorrection, build_optimizer, learning_rate, param_groups, step_unless
+from electra.optim import AdamNoBiasCorrection, build_optimizer, clip_and_step, learning_rate, param_groups, step_unless
 
 
 def test_adam_without_bias_correction_two_steps_by_hand():
@@ -121,3 +121,23 @@ def test_adam_state_without_step_counts_loads():
     opt.step()
     fresh.step()
     assert torch.equal(p, q)  # the same update, decoupled decay included
+
+
+def test_clip_and_step_with_a_loss_scaler_skips_overflow_and_backs_off():
+    """The fp16 path of `electra pretrain`, on CPU: an overflowed step leaves everything as it was and halves the
+    scale; a finite one is unscaled, clipped and applied."""
+    model = nn.Linear(3, 1, bias=False)
+    opt = build_optimizer(model, TrainConfig(optimizer="adam", lr=0.1, weight_decay=0.0), torch.device("cpu"))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    params = list(model.parameters())
+    w0 = model.weight.detach().clone()
+    scaler.scale(model(torch.full((1, 3), float("inf"))).sum()).backward()
+    norm, skipped = clip_and_step(opt, scaler, params, max_norm=1.0)
+    assert bool(skipped) and not torch.isfinite(norm) and model.weight.grad is None
+    assert torch.equal(model.weight, w0) and scaler.get_scale() == 2.0**9
+    scaler.scale(model(torch.tensor([[3.0, 0.0, -4.0]])).sum()).backward()  # gradient (3, 0, -4): norm 5
+    norm, skipped = clip_and_step(opt, scaler, params, max_norm=1.0)
+    assert not bool(skipped) and norm.item() == pytest.approx(5.0)
+    # first OFF Adam step on the clipped gradient g = (0.6, 0, -0.8): -lr * 0.1 g / (sqrt(0.001) |g| + eps)
+    g = torch.tensor([[0.6, 0.0, -0.8]])
+    torch.testing.assert_close(model.weight - w0, -0.1 * 0.1 * g / ((0.001 * g * g).sqrt() + 1e-6))
