@@ -86,22 +86,25 @@ def _attention_with_cheap_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor 
     return cheap_dropout(scores.softmax(-1), p) @ v
 
 
-class AttentionOutput(nn.Module):
-    def __init__(self, size: EncoderSize, cfg: ModelConfig):
+class Output(nn.Module):
+    """Projection back to the hidden size, dropout, residual, then LayerNorm (post-LN, as BERT/ELECTRA): the end
+    of the attention block (from the hidden size) and of the feed-forward block (from the intermediate size)."""
+
+    def __init__(self, in_size: int, size: EncoderSize, cfg: ModelConfig):
         super().__init__()
-        self.dense = nn.Linear(size.hidden_size, size.hidden_size)
+        self.dense = nn.Linear(in_size, size.hidden_size)
         self.LayerNorm = nn.LayerNorm(size.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, y: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(y)) + residual)  # post-LN, as BERT/ELECTRA
+        return self.LayerNorm(self.dropout(self.dense(y)) + residual)
 
 
 class Attention(nn.Module):
     def __init__(self, size: EncoderSize, cfg: ModelConfig):
         super().__init__()
         self.self = SelfAttention(size, cfg)
-        self.output = AttentionOutput(size, cfg)
+        self.output = Output(size.hidden_size, size, cfg)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         return self.output(self.self(x, mask), x)
@@ -116,23 +119,12 @@ class Intermediate(nn.Module):
         return F.gelu(self.dense(x))  # exact erf GELU, as the original (not the tanh approximation)
 
 
-class Output(nn.Module):
-    def __init__(self, size: EncoderSize, cfg: ModelConfig):
-        super().__init__()
-        self.dense = nn.Linear(size.intermediate_size, size.hidden_size)
-        self.LayerNorm = nn.LayerNorm(size.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.dropout)
-
-    def forward(self, h: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(h)) + residual)
-
-
 class Layer(nn.Module):
     def __init__(self, size: EncoderSize, cfg: ModelConfig):
         super().__init__()
         self.attention = Attention(size, cfg)
         self.intermediate = Intermediate(size)
-        self.output = Output(size, cfg)
+        self.output = Output(size.intermediate_size, size, cfg)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = self.attention(x, mask)

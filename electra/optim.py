@@ -93,15 +93,17 @@ def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
         optimizer.step()
 
 
-def clip_and_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, params: list[torch.Tensor],
+def clip_and_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, params: list[torch.Tensor],
                   max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The end of a training step: unscale (fp16), clip the global gradient norm, update unless that norm is
     non-finite, then clear the gradients. Returns (gradient norm, skipped) as device tensors: no host sync."""
-    scaler.unscale_(optimizer)
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).detach()
     skipped = ~torch.isfinite(grad_norm)
     step_unless(optimizer, skipped)
-    scaler.update()  # fp16: backs off the loss scale after an overflow (recorded by unscale_)
+    if scaler is not None:
+        scaler.update()  # fp16: backs off the loss scale after an overflow (recorded by unscale_)
     optimizer.zero_grad(set_to_none=True)
     return grad_norm, skipped
 

@@ -162,10 +162,11 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     writers = open_loggers(loggers, run_dir, cfg) if main_process else []
     special = torch.tensor(tokens.special_ids, device=dev)
     window = torch.zeros(len(STAT_NAMES), device=dev)  # summed stats since the last log line, on device
-    norm_sum, window_steps, window_start = torch.zeros((), device=dev), 0, time.perf_counter()
+    norm_sum = torch.zeros((), device=dev)  # gradient norms of the updates applied since the last log line
+    updates = torch.zeros((), device=dev)  # and how many there were
+    window_steps, window_start = 0, time.perf_counter()
     nonfinite = torch.tensor(meta["nonfinite_skipped"], device=dev)  # skipped updates, on device
     nonfinite_streak = torch.tensor(meta.get("consecutive_nonfinite", 0), device=dev)
-    skipped_before_window = meta["nonfinite_skipped"]
     flops_per_step = training_flops_per_step(cfg)
     bar = tqdm(total=t.max_steps, initial=start, desc="pretrain", disable=not main_process, dynamic_ncols=True)
     raw_model.train()
@@ -201,6 +202,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             nonfinite_streak.add_(1).mul_(bad)
             window += torch.where(bad, 0.0, step_stats)
             norm_sum += torch.where(bad, 0.0, grad_norm)
+            updates += ~bad
             meta["step"], meta["samples"] = step + 1, (step + 1) * t.batch_size
             window_steps += 1
             bar.update(1)
@@ -212,14 +214,12 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             if log_now or save_now:
                 settle_nonfinite(nonfinite, nonfinite_streak, meta, t.max_nonfinite, done, run_dir)
             if log_now:
-                window_skipped = meta["nonfinite_skipped"] - skipped_before_window
                 stats = window.clone()
                 if world > 1:
                     dist.all_reduce(stats)
                 metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
                 elapsed = time.perf_counter() - window_start
-                updates = max(1, window_steps - window_skipped)
-                row = {"step": done, "lr": lr, "grad_norm": norm_sum.item() / updates, **metrics,
+                row = {"step": done, "lr": lr, "grad_norm": (norm_sum / updates.clamp(min=1)).item(), **metrics,
                        "tokens_per_s": window_steps * t.batch_size * cfg.data.seq_len / elapsed,
                        "samples": meta["samples"], "flops": flops_per_step * done,
                        "nonfinite_skipped": meta["nonfinite_skipped"]}  # fmt: skip
@@ -229,8 +229,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
                                     recall=f"{row['disc_recall']:.2f}")  # fmt: skip
                 window.zero_()
                 norm_sum.zero_()
+                updates.zero_()
                 window_steps, window_start = 0, time.perf_counter()
-                skipped_before_window = meta["nonfinite_skipped"]
 
             if done % t.eval_every == 0 or done == t.max_steps:
                 watch_collapse(raw_model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, done)

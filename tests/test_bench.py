@@ -133,8 +133,10 @@ else:
 
 
 def test_bench_needs_none_of_the_packages_a_bare_gpu_machine_lacks():
-    run = lambda *args: subprocess.run([sys.executable, "-c", BARE_MACHINE, *args], capture_output=True, text=True,  # noqa: E731
-                                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-c", BARE_MACHINE, *args], capture_output=True, text=True, env=env)
+
     assert "No module named 'transformers'" in run("import", "transformers").stderr  # the hiding works
     for what in ("pretrain", "finetune", "check"):
         done = run("bench", what, *(TINY if what != "check" else TINY[:-4] + TINY[-2:]))  # check: no --warmup

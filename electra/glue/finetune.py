@@ -31,6 +31,7 @@ from electra.glue.heads import GlueModel, build_model, export_hf
 from electra.glue.loading import TaskData, with_swapped_pairs
 from electra.glue.optim import lr_factor, make_optimizer, param_groups
 from electra.glue.tasks import TASKS, Task
+from electra.optim import clip_and_step
 
 STSB_SCALE = 5.0  # OFF divides STS-B scores (0-5) by 5 to train on [0, 1]
 
@@ -151,6 +152,7 @@ def finetune(
     groups = param_groups(model, cfg.lr, cfg.layer_decay, pre.cfg.num_layers, cfg.depth_convention,
                           cfg.weight_decay, cfg.decay_norm_and_bias)  # fmt: skip
     optimizer = make_optimizer(groups)
+    params = list(model.parameters())
     epochs = cfg.epochs or task.epochs
     n = len(prep.train)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
@@ -182,9 +184,7 @@ def finetune(
             else:
                 loss = F.cross_entropy(out.float(), batch["labels"])
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            clip_and_step(optimizer, None, params, cfg.grad_clip)  # as in pretraining: no host sync
             losses[step] = loss.detach()
             step += 1
             bar.update(1)
