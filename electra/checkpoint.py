@@ -25,6 +25,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
+from electra.files import write_atomic
 from electra.model import ElectraForPretraining, ElectraModel
 
 log = logging.getLogger("electra.checkpoint")
@@ -35,21 +36,6 @@ COMPLETE_MARKER = "COMPLETE"  # written last: a folder without it is an interrup
 
 class CheckpointError(ValueError):
     pass
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write a file through a temporary sibling and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_config(cfg: PretrainConfig, path: Path) -> None:

@@ -23,8 +23,9 @@ from tokenizers import Tokenizer
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from electra.checkpoint import load_discriminator, write_atomic
+from electra.checkpoint import load_discriminator
 from electra.config import ModelConfig
+from electra.files import write_atomic
 from electra.glue import metrics as M
 from electra.glue.features import Features, collate, encode, eval_batches, train_batches
 from electra.glue.heads import GlueModel, build_model, export_hf

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from electra.checkpoint import write_atomic
+from electra.files import write_atomic
 from electra.glue.tasks import GLUE_TASKS
 
 # style -> (task, metrics averaged into that task's number), in order

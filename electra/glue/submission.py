@@ -11,7 +11,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from electra.checkpoint import write_atomic
+from electra.files import write_atomic
 from electra.glue.tasks import GLUE_TASKS, TASKS
 
 SUBMISSION_FILES = (

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from electra.checkpoint import write_atomic
+from electra.files import write_atomic
 from electra.glue.finetune import FinetuneConfig, Pretrained, finetune, load_pretrained, prepare
 from electra.glue.heads import HEADS
 from electra.glue.loading import load_task
