@@ -15,14 +15,13 @@ full-vocabulary generator logits at every position; `--impl both` alternates the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import resource
 import statistics
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,13 +31,14 @@ from torch import Tensor, nn
 from electra.config import PretrainConfig, load_config, num_mask_slots
 from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.finetune import FinetuneConfig
-from electra.glue.heads import HEADS, GlueModel
+from electra.glue.heads import GlueModel
 from electra.glue.optim import make_optimizer as glue_optimizer
 from electra.glue.optim import param_groups as glue_param_groups
 from electra.masking import mask_tokens
 from electra.memory import keep_freed_memory_in_heap
-from electra.model import ElectraForPretraining, ElectraModel
+from electra.model import ElectraModel, build_model
 from electra.optim import build_optimizer, clip_and_step
+from electra.pretrain import train_step
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # the ids of tokenizers we train (electra.data.tokenizer)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -67,21 +67,6 @@ def sync(device: torch.device) -> None:
 
 
 # -- training steps ---------------------------------------------------------------------------------------------
-
-
-def ours_loss_fn(cfg: PretrainConfig, model: ElectraForPretraining, device: torch.device, dtype: str):
-    """(input_ids, attention_mask, token_type_ids, example_ids) -> loss: masking + generator + discriminator."""
-    special = torch.tensor([PAD, CLS, SEP, MASK], device=device)
-    slots = num_mask_slots(cfg.objective, cfg.data.seq_len)
-
-    def loss_fn(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, example_ids: Tensor) -> Tensor:
-        masked = mask_tokens(
-            input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective, slots, MASK, special
-        )
-        with autocast(device, dtype):
-            return model(input_ids, attention_mask, token_type_ids, masked).loss
-
-    return loss_fn
 
 
 def hf_models(cfg: PretrainConfig) -> tuple[nn.Module, nn.Module]:
@@ -139,27 +124,37 @@ def make_pretrain_step(
     compile: bool,
     compile_mode: str | None = None,
 ) -> Callable[[int], Tensor]:
-    """A function doing one full training step on a fixed synthetic batch (masking varies with the step)."""
+    """A function doing one full training step on a fixed synthetic batch (masking varies with the step); returns
+    the step's loss. `ours` is `electra.pretrain.train_step`, the step the training loop runs."""
     torch.manual_seed(cfg.train.seed)
-    if impl == "ours":
-        model = ElectraForPretraining(cfg.model, cfg.objective).to(device).train()
-        loss_fn = ours_loss_fn(cfg, model, device, dtype)
-    else:
-        model = nn.ModuleList(hf_models(cfg)).to(device).train()
-        loss_fn = hf_loss_fn(cfg, model, device, dtype)
-    if compile:
-        loss_fn = torch.compile(loss_fn, dynamic=False, mode=compile_mode)
-    opt = build_optimizer(model, cfg.train, device)  # the recipe's, fused, as in `electra pretrain`
-    params = [p for p in model.parameters() if p.requires_grad]
     input_ids, attention_mask, token_type_ids = synthetic_batch(
         cfg.model.vocab_size, batch_size, cfg.data.seq_len, device
     )
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
+    if impl == "ours":
+        model = build_model(cfg).to(device).train()
+        compiled = torch.compile(model, dynamic=False, mode=compile_mode) if compile else model
+        special = torch.tensor([PAD, CLS, SEP, MASK], device=device)
+        slots = num_mask_slots(cfg.objective, cfg.data.seq_len)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    else:
+        model = nn.ModuleList(hf_models(cfg)).to(device).train()
+        loss_fn = hf_loss_fn(cfg, model, device, dtype)
+        if compile:
+            loss_fn = torch.compile(loss_fn, dynamic=False, mode=compile_mode)
+    opt = build_optimizer(model, cfg.train, device)  # the recipe's, fused, as in `electra pretrain`
+    params = [p for p in model.parameters() if p.requires_grad]
 
     def step(i: int) -> Tensor:
         if compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # a new iteration: CUDA graphs may reuse the last outputs
         example_ids = torch.arange(i * batch_size, (i + 1) * batch_size, device=device)
+        if impl == "ours":
+            masked = mask_tokens(input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective, slots, MASK,
+                                 special)  # fmt: skip
+            out = train_step(compiled, opt, scaler, params, [batch], [masked], 1, autocast(device, dtype),
+                             cfg.train.grad_clip)  # fmt: skip
+            return out.loss
         loss = loss_fn(input_ids, attention_mask, token_type_ids, example_ids)
         scaler.scale(loss).backward()
         clip_and_step(opt, scaler, params, cfg.train.grad_clip)  # as `electra pretrain` ends a step: no host sync
@@ -252,11 +247,11 @@ def summarise(seconds: list[float], peaks: list[float], flops: int, batch_size: 
     }
 
 
-def environment(args: argparse.Namespace, device: torch.device, dtype: str, compile: bool) -> dict:
+def environment(s: BenchSettings, device: torch.device, dtype: str, compile: bool) -> dict:
     env = {"device": device.type, "dtype": dtype, "compile": compile, "torch": torch.__version__}
     if compile:
-        env["compile_mode"] = getattr(args, "compile_mode", None) or "default"
-    env["malloc_tuned"] = getattr(args, "malloc_tuned", False)
+        env["compile_mode"] = s.compile_mode or "default"
+    env["malloc_tuned"] = s.malloc_tuned
     if device.type == "cuda":
         env["device_name"] = torch.cuda.get_device_name(device)
     else:
@@ -267,97 +262,86 @@ def environment(args: argparse.Namespace, device: torch.device, dtype: str, comp
 # -- commands ---------------------------------------------------------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="what", required=True)
-    for name, help_text in (
-        ("pretrain", "time a pretraining step (masking, generator, discriminator, backward, clip, AdamW)"),
-        ("finetune", "time a GLUE classification step and evaluation throughput"),
-        ("check", "bf16 vs fp32 and compiled vs eager losses agree, no host-device syncs (exit 1 if not)"),
-    ):
-        q = sub.add_parser(name, help=help_text)
-        q.add_argument("--preset", default="small", help="preset name or YAML file (default: small)")
-        q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override; repeatable")
-        q.add_argument("--batch-size", type=int, default=16)
-        q.add_argument("--seq-len", type=int, default=128)
-        q.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-        if name == "check":
-            q.add_argument("--steps", type=int, default=10, help="training steps compared (default 10)")
-            continue
-        q.add_argument(
-            "--no-malloc-tuning", dest="malloc_tuning", action="store_false",
-            help="on CPU, leave glibc's defaults (see keep_freed_memory_in_heap)",
-        )  # fmt: skip
-        q.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
-        q.add_argument("--warmup", type=int, default=None, help="untimed steps (default 2; 3 with --compile)")
-        q.add_argument("--dtype", choices=DTYPES, default="fp32")
-        q.add_argument("--compile", action="store_true", help="torch.compile(dynamic=False) the forward")
-        q.add_argument(
-            "--compile-mode", default=None, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
-            help="torch.compile mode (reduce-overhead: CUDA graphs)",
-        )  # fmt: skip
-        if name == "pretrain":
-            q.add_argument("--impl", choices=("ours", "hf", "both"), default="ours", help="both: alternate")
-        else:
-            q.add_argument("--num-labels", type=int, default=2)
-            q.add_argument("--head", choices=HEADS, default="cls-linear", help="GLUE head (electra.glue.heads)")
-            q.add_argument("--eval-batch-size", type=int, default=None, help="default: 4x the training batch")
+@dataclass
+class BenchSettings:
+    """What every benchmark shares: the model (a preset plus overrides), the batch, the device and the timing."""
+
+    preset: str = "small"
+    overrides: list[str] = field(default_factory=list)
+    batch_size: int = 16
+    seq_len: int = 128
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    steps: int = 10
+    """Timed steps (for `check`: steps compared)."""
+    warmup: int | None = None
+    """Untimed steps; None: 2, or 3 when compiled."""
+    dtype: str = "fp32"
+    compile: bool = False
+    compile_mode: str | None = None
+    malloc_tuning: bool = True
+    """On CPU, keep freed memory in the heap (see electra.memory.keep_freed_memory_in_heap)."""
+    malloc_tuned: bool = False
+    """Whether that setting took effect (filled in by the benchmark)."""
+
+    def config(self, *extra: str) -> PretrainConfig:
+        return load_config(self.preset, [*self.overrides, f"data.seq_len={self.seq_len}", *extra])
+
+    def prepare(self) -> torch.device:
+        if self.malloc_tuning and self.device == "cpu":
+            self.malloc_tuned = keep_freed_memory_in_heap()
+        return torch.device(self.device)
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else (3 if self.compile else 2)
 
 
-def _config(args: argparse.Namespace) -> PretrainConfig:
-    return load_config(args.preset, [*args.set, f"data.seq_len={args.seq_len}"])
-
-
-def run(args: argparse.Namespace) -> int:
-    if getattr(args, "malloc_tuning", False) and args.device == "cpu":
-        args.malloc_tuned = keep_freed_memory_in_heap()
-    return {"pretrain": run_pretrain, "finetune": run_finetune, "check": run_check}[args.what](args)
-
-
-def run_pretrain(args: argparse.Namespace) -> int:
-    cfg, device = _config(args), torch.device(args.device)
-    impls = ["ours", "hf"] if args.impl == "both" else [args.impl]
-    warmup = args.warmup if args.warmup is not None else (3 if args.compile else 2)
-    steps = {
-        impl: make_pretrain_step(impl, cfg, args.batch_size, device, args.dtype, args.compile, args.compile_mode)
-        for impl in impls
-    }
-    probe = matmul_probe(device, args.dtype)
-    seconds, peaks = time_alternating(steps, args.steps, warmup, device, probe)
-    B, T = args.batch_size, cfg.data.seq_len
+def bench_pretrain(s: BenchSettings, impl: str = "ours") -> dict:
+    """Time our training step (`impl="ours"`), the transformers-built one (`"hf"`), or both in turn."""
+    device = s.prepare()
+    cfg = s.config()
+    impls = ["ours", "hf"] if impl == "both" else [impl]
+    warmup = s.warmup_steps
+    steps = {i: make_pretrain_step(i, cfg, s.batch_size, device, s.dtype, s.compile, s.compile_mode) for i in impls}
+    probe = matmul_probe(device, s.dtype)
+    seconds, peaks = time_alternating(steps, s.steps, warmup, device, probe)
+    B, T = s.batch_size, cfg.data.seq_len
     rows = {}
-    for impl in impls:
-        flops = pretrain_step_flops(cfg, B, T, full_vocab_head=impl == "hf")
-        rows[impl] = {"impl": impl, **summarise(seconds[impl], peaks, flops, B, T)}
+    for name in impls:
+        flops = pretrain_step_flops(cfg, B, T, full_vocab_head=name == "hf")
+        rows[name] = {"impl": name, **summarise(seconds[name], peaks, flops, B, T)}
     out = dict(rows[impls[0]])
-    if args.impl == "both":
+    if impl == "both":
         ratios = [h / o for h, o in zip(seconds["hf"], seconds["ours"], strict=True)]
         out["hf"] = rows["hf"]
         out["speedup_vs_hf"] = statistics.median(ratios)  # median of the per-round ratios hf / ours
         out["speedup_vs_hf_min"] = min(ratios)
     out["hours_per_1m_steps"] = out["ms_per_step"] / 3.6  # 1e6 steps x ms / (3.6e6 ms per hour)
-    out.update(preset=args.preset, batch_size=B, seq_len=T, steps=args.steps, warmup=warmup, probe_size=probe.size)
-    out.update(**peak_memory(device), **environment(args, device, args.dtype, args.compile))
+    out.update(preset=s.preset, batch_size=B, seq_len=T, steps=s.steps, warmup=warmup, probe_size=probe.size)
+    out.update(**peak_memory(device), **environment(s, device, s.dtype, s.compile))
     out["flops_formula"] = "3 x forward matmuls (electra.flops.pretrain_step_flops)"
-    print(json.dumps(out))
-    return 0
+    return out
 
 
-def run_finetune(args: argparse.Namespace) -> int:
-    cfg, device, dtype = _config(args), torch.device(args.device), args.dtype
-    B, T, eval_B = args.batch_size, cfg.data.seq_len, args.eval_batch_size or 4 * args.batch_size
+def bench_finetune(s: BenchSettings, num_labels: int = 2, head: str = "cls-linear",
+                   eval_batch_size: int | None = None) -> dict:  # fmt: skip
+    """Time a GLUE classification step (the optimizer `electra glue` uses) and evaluation throughput."""
+    device, dtype = s.prepare(), s.dtype
+    cfg = s.config()
+    B, T, eval_B = s.batch_size, cfg.data.seq_len, eval_batch_size or 4 * s.batch_size
     torch.manual_seed(cfg.train.seed)
-    model = GlueModel(ElectraModel(cfg.model), cfg.model, args.head, args.num_labels).to(device)
-    forward = torch.compile(model, dynamic=False, mode=args.compile_mode) if args.compile else model
+    model = GlueModel(ElectraModel(cfg.model), cfg.model, head, num_labels).to(device)
+    forward = torch.compile(model, dynamic=False, mode=s.compile_mode) if s.compile else model
     finetune_cfg = FinetuneConfig()  # `electra glue`'s optimizer: AdamW with layer-wise lr decay, fused
     opt = glue_optimizer(glue_param_groups(model, finetune_cfg.lr, finetune_cfg.layer_decay, cfg.model.num_layers,
                                            finetune_cfg.depth_convention, finetune_cfg.weight_decay,
                                            finetune_cfg.decay_norm_and_bias))  # fmt: skip
     batch = synthetic_batch(cfg.model.vocab_size, B, T, device)
-    labels = torch.randint(args.num_labels, (B,), device=device)
+    labels = torch.randint(num_labels, (B,), device=device)
     eval_batch = synthetic_batch(cfg.model.vocab_size, eval_B, T, device, seed=1)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
 
-    def train_step(i: int) -> Tensor:
+    def glue_step(i: int) -> Tensor:
         model.train()
         with autocast(device, dtype):
             loss = F.cross_entropy(forward(*batch).float(), labels)
@@ -370,21 +354,20 @@ def run_finetune(args: argparse.Namespace) -> int:
         with torch.inference_mode(), autocast(device, dtype):
             return forward(*eval_batch).argmax(-1)
 
-    warmup = args.warmup if args.warmup is not None else (3 if args.compile else 2)
-    fns = {"train": train_step, "eval": eval_step}
+    warmup = s.warmup_steps
+    fns = {"train": glue_step, "eval": eval_step}
     probe = matmul_probe(device, dtype)
-    seconds, peaks = time_alternating(fns, args.steps, warmup, device, probe)
-    train_flops = finetune_step_flops(cfg.model, B, T, args.num_labels, head=args.head)
-    eval_flops = finetune_step_flops(cfg.model, eval_B, T, args.num_labels, train=False, head=args.head)
-    out = {"impl": "ours", "head": args.head, **summarise(seconds["train"], peaks, train_flops, B, T)}
+    seconds, peaks = time_alternating(fns, s.steps, warmup, device, probe)
+    train_flops = finetune_step_flops(cfg.model, B, T, num_labels, head=head)
+    eval_flops = finetune_step_flops(cfg.model, eval_B, T, num_labels, train=False, head=head)
+    out = {"impl": "ours", "head": head, **summarise(seconds["train"], peaks, train_flops, B, T)}
     evaluation = summarise(seconds["eval"], peaks, eval_flops, eval_B, T)
     out["eval"] = {"batch_size": eval_B, **evaluation}
     out["eval_sequences_per_s"] = evaluation["sequences_per_s"]
-    out.update(preset=args.preset, batch_size=B, seq_len=T, steps=args.steps, warmup=warmup, probe_size=probe.size)
-    out.update(**peak_memory(device), **environment(args, device, dtype, args.compile))
+    out.update(preset=s.preset, batch_size=B, seq_len=T, steps=s.steps, warmup=warmup, probe_size=probe.size)
+    out.update(**peak_memory(device), **environment(s, device, dtype, s.compile))
     out["flops_formula"] = "train 3 x, eval 1 x forward matmuls (electra.flops.finetune_step_flops)"
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 # Agreement bounds for `check`: relative difference of the per-step losses of two modes.
@@ -410,19 +393,18 @@ def host_device_sync(step: Callable[[int], Tensor], i: int, device: torch.device
     return None
 
 
-def run_check(args: argparse.Namespace) -> int:
+def bench_check(s: BenchSettings) -> dict:
     """Train the same model on the same batches in four modes, without dropout (its RNG differs when compiled);
-    on CUDA also check that a step makes no host-device synchronisation."""
-    no_dropout = ["model.dropout=0.0", "model.attention_dropout=0.0"]
-    cfg = load_config(args.preset, [*args.set, f"data.seq_len={args.seq_len}", *no_dropout])
-    device = torch.device(args.device)
+    on CUDA also check that a step makes no host-device synchronisation. `ok` says whether all agree."""
+    cfg = s.config("model.dropout=0.0", "model.attention_dropout=0.0")
+    device = torch.device(s.device)
     losses, syncs = {}, {}
     for dtype in ("fp32", "bf16"):
         for compile in (False, True):
             mode = dtype + ("_compiled" if compile else "")
-            step = make_pretrain_step("ours", cfg, args.batch_size, device, dtype, compile)
-            losses[mode] = [step(i).item() for i in range(args.steps)]
-            syncs[mode] = host_device_sync(step, args.steps, device)
+            step = make_pretrain_step("ours", cfg, s.batch_size, device, dtype, compile)
+            losses[mode] = [step(i).item() for i in range(s.steps)]
+            syncs[mode] = host_device_sync(step, s.steps, device)
 
     def max_rel_diff(a: str, b: str) -> float:
         return max(abs(x - y) / abs(y) for x, y in zip(losses[a], losses[b], strict=True))
@@ -439,7 +421,6 @@ def run_check(args: argparse.Namespace) -> int:
         "host_device_syncs": syncs,
         "tolerance": {name: tol for name, (_, tol) in checks.items()},
         "losses": losses,
-        **environment(args, device, "fp32+bf16", True),
+        **environment(s, device, "fp32+bf16", True),
     }
-    print(json.dumps(out))
-    return 0 if out["ok"] else 1
+    return out

@@ -11,12 +11,14 @@ half-written checkpoint that looks complete. Loading reads safetensors and JSON/
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,7 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
 from electra.files import write_atomic
-from electra.model import ElectraForPretraining, ElectraModel
+from electra.model import ElectraForPretraining, ElectraModel, build_model
 
 log = logging.getLogger("electra.checkpoint")
 
@@ -36,6 +38,34 @@ COMPLETE_MARKER = "COMPLETE"  # written last: a folder without it is an interrup
 
 class CheckpointError(ValueError):
     pass
+
+
+@dataclass
+class RunMeta:
+    """Where a pretraining run stands: RUN/run.json and each checkpoint's state.json."""
+
+    step: int = 0
+    """Optimizer steps done."""
+    samples: int = 0
+    nonfinite_skipped: int = 0
+    """Updates skipped because the loss or a gradient was not finite."""
+    consecutive_nonfinite: int = 0
+    collapsed: bool = False
+    """The held-out discriminator metrics stayed at the collapse level for `collapse_patience` evaluations."""
+    collapse_streak: int = 0
+    collapse_first_step: int | None = None
+    code_revision: str = "unknown"
+    world_size: int = 1
+    stopped_by_signal: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunMeta:
+        raw = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})  # keys of older versions are dropped
 
 
 def save_config(cfg: PretrainConfig, path: Path) -> None:
@@ -94,7 +124,7 @@ def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainCo
     if not (ckpt / COMPLETE_MARKER).exists():
         raise CheckpointError(f"{ckpt}: incomplete checkpoint (interrupted save)")
     cfg = read_config(ckpt / "config.yaml")
-    model = ElectraForPretraining(cfg.model, cfg.objective)
+    model = build_model(cfg)
     try:
         state = load_file(ckpt / "model.safetensors")
         model.load_state_dict(state)
@@ -144,21 +174,9 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
         raise CheckpointError(f"{path}: no such model folder")
     hf_dir = path / "discriminator" if (path / "discriminator" / "config.json").exists() else path
     if (hf_dir / "config.json").exists():
-        from electra.hf_compat import _HF_PREFIXES, _rename, model_config_from_hf, read_hf_dir
+        from electra.hf_compat import discriminator_body_from_hf
 
-        hf_cfg, state = read_hf_dir(hf_dir)
-        cfg = model_config_from_hf(hf_cfg, None)
-        body = ElectraModel(cfg)
-        if not any(k.startswith("electra.") for k in state):  # a bare ElectraModel: no base-model prefix
-            state = {f"electra.{k}": v for k, v in state.items()}
-        renamed = {}
-        for key, value in state.items():
-            name = _rename(key, _HF_PREFIXES["discriminator"], reverse=True) or ""
-            if name.startswith(("embeddings.", "discriminator.electra.")):  # heads are replaced by fine-tuning
-                renamed[name.removeprefix("discriminator.electra.")] = value
-        result = body.load_state_dict(renamed, strict=False)
-        if result.missing_keys:
-            raise CheckpointError(f"{hf_dir}: weights missing: {result.missing_keys[:5]}")
+        body, cfg = discriminator_body_from_hf(hf_dir)
         return body, cfg, find_tokenizer(hf_dir)
     ckpt = resolve_checkpoint(path)
     model, cfg = load_model_checkpoint(ckpt)
@@ -198,7 +216,7 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: dict, rank: int, world: int) -> None:
+def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, rank: int, world: int) -> None:
     """A complete checkpoint of the training state (rank 0 writes; every rank's RNG state is gathered)."""
 
     rng = {"torch": torch.get_rng_state()}
@@ -216,15 +234,15 @@ def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: dict, rank
             buf = io.BytesIO()
             torch.save(obj, buf)
             extra[name] = buf.getvalue()
-        extra["state.json"] = json.dumps(meta, indent=2).encode()
-        save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta["step"]), extra)
+        extra["state.json"] = meta.to_json().encode()
+        save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta.step), extra)
         prune_checkpoints(run_dir, cfg.train.keep_last)
-        write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+        write_atomic(run_dir / "run.json", meta.to_json())
     if world > 1:
         dist.barrier()
 
 
-def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int) -> dict | None:
+def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int) -> RunMeta | None:
     """Load the newest valid checkpoint (skipping corrupt ones with a warning); None if there is none."""
     candidates = [path] if (path / COMPLETE_MARKER).exists() else list_checkpoints(path)[::-1]
     for ckpt in candidates:
@@ -246,11 +264,11 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
             optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
             scaler.load_state_dict(torch.load(ckpt / "scaler.pt", weights_only=True))
             rng = torch.load(ckpt / "rng.pt", weights_only=True)
-            meta = json.loads((ckpt / "state.json").read_text())
+            meta = RunMeta.from_json((ckpt / "state.json").read_text())
         except Exception as err:  # noqa: BLE001 - any unreadable file means: try the previous checkpoint
             log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
             continue
-        saved_world = meta.get("world_size", 1)
+        saved_world = meta.world_size
         state = rng.get(f"rank{rank}") if saved_world == world else None
         if state is not None:
             torch.set_rng_state(state["torch"])
@@ -260,7 +278,37 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
             log.warning(
                 "resuming with %d processes from a checkpoint of %d: dropout RNG is reseeded", world, saved_world
             )
-        meta["world_size"] = world
-        log.info("resumed from %s (step %d)", ckpt, meta["step"])
+        meta.world_size = world
+        log.info("resumed from %s (step %d)", ckpt, meta.step)
         return meta
     return None
+
+
+# -- transformers folders <-> run folders ----------------------------------------------------------------------
+
+
+def export_run_to_hf(run: str | Path, out: str | Path) -> Path:
+    """A run's newest checkpoint (or a checkpoint folder) as OUT/discriminator + OUT/generator for transformers."""
+    from electra.hf_compat import to_hf
+
+    ckpt = resolve_checkpoint(Path(run))
+    model, _ = load_model_checkpoint(ckpt)
+    return to_hf(model, out, find_tokenizer(ckpt))
+
+
+def import_run_from_hf(discriminator: str | Path, generator: str | Path, out: str | Path) -> Path:
+    """A run folder holding one step-0 checkpoint made from two transformers ELECTRA folders (and the tokenizer
+    found beside the discriminator, if any). Returns the checkpoint folder."""
+    from electra.hf_compat import from_hf
+
+    model = from_hf(discriminator, generator)
+    cfg = PretrainConfig.for_model(model.cfg)
+    out = Path(out)
+    save_config(cfg, out / "config.yaml")
+    tok = find_tokenizer(Path(discriminator))
+    if tok is not None:
+        (out / "tokenizer").mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (tok / name).exists():
+                shutil.copy(tok / name, out / "tokenizer" / name)
+    return save_model_checkpoint(model, cfg, checkpoint_dir(out, 0))

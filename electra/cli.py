@@ -1,25 +1,302 @@
-"""The `electra` command. Each subcommand lives in the module that does the work, as two plain functions:
-`add_arguments(parser)` and `run(args) -> int`. Only the chosen subcommand's module is imported.
+"""The `electra` command: the only module that knows about argparse. Each subcommand is a pair of plain functions
+here, `_add_NAME(parser)` and `_run_NAME(args) -> exit code`; the run function turns the arguments into typed
+values and calls the library function that does the work. Only the chosen command's modules are imported.
+
+    torchrun --nproc_per_node 4 -m electra.cli pretrain ...   # several processes
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import json
 import logging
 import sys
+from collections.abc import Callable
 
-# name -> (module, one-line help), in pipeline order
-COMMANDS = {
-    "tokenizer": ("electra.data.tokenizer", "train a byte-level BPE or WordPiece tokenizer"),
-    "data": ("electra.data.prepare", "prepare a tokenized pretraining corpus"),
-    "pretrain": ("electra.pretrain", "pretrain ELECTRA (generator + discriminator)"),
-    "glue": ("electra.glue.sweep", "fine-tune and evaluate on GLUE over several seeds, with a report"),
-    "export-hf": ("electra.cli", "write a run's model in transformers format"),
-    "import-hf": ("electra.cli", "make a run folder from transformers ELECTRA folders"),
-    "flops": ("electra.flops", "training FLOPs and pfs-days of a configuration"),
-    "bench": ("electra.bench", "time a pretraining or fine-tuning step"),
-    "demo": ("electra.cli", "a short pretraining run of the tiny model on the built-in corpus"),
+# -- tokenizer ------------------------------------------------------------------------------------------------
+
+
+def _add_tokenizer(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("train", help="train a tokenizer and write OUT/tokenizer.json")
+    kinds = "bpe: byte-level BPE, cased (the study); wordpiece: uncased WordPiece (the original)"
+    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help=kinds)
+    p.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size, special tokens included")
+    p.add_argument("--out", required=True, help="output folder (tokenizer.json is written into it)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _run_tokenizer(args: argparse.Namespace) -> int:
+    import time
+
+    from electra.data.tokenizer import load_tokenizer, train_tokenizer
+
+    start = time.perf_counter()
+    path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet)
+    print(f"wrote {path} ({load_tokenizer(path).get_vocab_size()} tokens) in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+# -- data -----------------------------------------------------------------------------------------------------
+
+
+def _add_data(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("prepare", help="tokenize text into a memory-mapped pretraining corpus folder")
+    p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt), or the file")
+    p.add_argument("--out", required=True, help="output folder (created atomically)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
+    workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
+    p.add_argument("--workers", type=int, default=None, help=workers)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _run_data(args: argparse.Namespace) -> int:
+    from electra.data.prepare import prepare, summary
+
+    meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet)
+    print(summary(meta, args.out))
+    return 0
+
+
+# -- pretrain -------------------------------------------------------------------------------------------------
+
+# flag -> config key: the flags are shortcuts for --set
+PRETRAIN_FLAGS = {
+    "data": "data.path", "max_steps": "train.max_steps", "seed": "train.seed", "batch_size": "train.batch_size",
+    "micro_batch_size": "train.micro_batch_size", "max_memory_gb": "train.max_memory_gb",
+    "save_every": "train.save_every", "eval_every": "train.eval_every", "log_every": "train.log_every",
+    "precision": "train.precision", "compile": "train.compile",
+}  # fmt: skip
+
+
+def _add_pretrain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="small", help="a preset (tiny, small, small++, base, large) or a YAML file")
+    p.add_argument("--data", help="a folder from `electra data prepare` (default: the built-in synthetic corpus)")
+    p.add_argument("--out", required=True, help="the run folder")
+    p.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--batch-size", type=int, help="global batch in sequences (train.batch_size)")
+    p.add_argument("--micro-batch-size", type=int, help="sequences per forward pass on one device")
+    p.add_argument("--max-memory-gb", type=float, help="choose the micro-batch to fit this GPU memory budget")
+    p.add_argument("--save-every", type=int)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--log-every", type=int)
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--resume", help="'auto' (newest valid checkpoint of --out) or a checkpoint folder")
+    p.add_argument("--device", help="e.g. cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--tensorboard", action="store_true", help="also log to RUN/tensorboard")
+    p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (offline unless WANDB_MODE)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any config value, e.g. --set model.generator_fraction=1.0 (repeatable)")  # fmt: skip
+
+
+def _run_pretrain(args: argparse.Namespace) -> int:
+    import torch.distributed as dist
+
+    from electra.config import load_config
+    from electra.pretrain import NonFiniteError, pretrain
+
+    flags = [f"{key}={getattr(args, flag)}" for flag, key in PRETRAIN_FLAGS.items() if getattr(args, flag) is not None]
+    cfg = load_config(args.config, flags + args.set)
+    loggers = tuple(name for name in ("tensorboard", "wandb") if getattr(args, name))
+    try:
+        meta = pretrain(cfg, args.out, resume=args.resume, device=args.device, loggers=loggers)
+    except NonFiniteError as err:
+        print(f"electra pretrain: {err}", file=sys.stderr)
+        return 3
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if meta.stopped_by_signal:
+        print(f"stopped at step {meta.step} by signal {meta.stopped_by_signal}; continue with --resume auto")
+        return 128 + meta.stopped_by_signal
+    status = "the discriminator collapsed: see run.json" if meta.collapsed else "ok"
+    print(f"finished step {meta.step} ({status}); run folder {args.out}")
+    return 0
+
+
+# -- glue -----------------------------------------------------------------------------------------------------
+
+
+def _add_glue(p: argparse.ArgumentParser) -> None:
+    from electra.glue.sweep import add_arguments
+
+    add_arguments(p)
+
+
+def _run_glue(args: argparse.Namespace) -> int:
+    from electra.glue.sweep import run
+
+    return run(args)
+
+
+# -- transformers import and export ---------------------------------------------------------------------------
+
+
+def _add_export_hf(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint folder")
+    p.add_argument("out", help="output folder: writes OUT/discriminator and OUT/generator")
+
+
+def _run_export_hf(args: argparse.Namespace) -> int:
+    from electra.checkpoint import export_run_to_hf
+
+    out = export_run_to_hf(args.run, args.out)
+    print(f"wrote {out / 'discriminator'} and {out / 'generator'} (from {args.run})")
+    return 0
+
+
+def _add_import_hf(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--discriminator", required=True, help="transformers ElectraForPreTraining folder")
+    p.add_argument("--generator", required=True, help="transformers ElectraForMaskedLM folder")
+    p.add_argument("--out", required=True, help="run folder to create (a step-0 checkpoint)")
+
+
+def _run_import_hf(args: argparse.Namespace) -> int:
+    from electra.checkpoint import import_run_from_hf
+
+    ckpt = import_run_from_hf(args.discriminator, args.generator, args.out)
+    tokenizer = (ckpt.parent.parent / "tokenizer").exists()
+    print(f"imported into {ckpt}" + ("" if tokenizer else " (no tokenizer found beside the discriminator)"))
+    return 0
+
+
+# -- compute --------------------------------------------------------------------------------------------------
+
+
+def _add_flops(p: argparse.ArgumentParser) -> None:
+    from electra.flops import DEVICE_PEAK_TFLOPS
+
+    p.add_argument("--preset", default="small", help="preset name or YAML file (default: small)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override; repeatable")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the config's max_steps)")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: the config's)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the config's)")
+    peak = p.add_mutually_exclusive_group()
+    peak.add_argument("--device-tflops", type=float, default=None, help="peak TFLOP/s of one device")
+    peak.add_argument("--device", choices=sorted(DEVICE_PEAK_TFLOPS), default=None, help="a device's peak")
+    p.add_argument("--gpus", type=int, default=1, help="devices used (default 1)")
+    wall = p.add_mutually_exclusive_group()
+    wall.add_argument("--days", type=float, default=None, help="wall-clock days of the run")
+    wall.add_argument("--hours", type=float, default=None, help="wall-clock hours of the run")
+    wall.add_argument("--ms-per-step", type=float, default=None, help="a measured step time (electra bench)")
+
+
+def _run_flops(args: argparse.Namespace) -> int:
+    from electra.config import load_config
+    from electra.flops import DEVICE_PEAK_TFLOPS, flops_report
+
+    overrides = list(args.set)
+    if args.batch_size is not None:
+        overrides.append(f"train.batch_size={args.batch_size}")
+    if args.seq_len is not None:
+        overrides.append(f"data.seq_len={args.seq_len}")
+    cfg = load_config(args.preset, overrides)
+    steps = cfg.train.max_steps if args.steps is None else args.steps
+    days = args.days
+    if args.hours is not None:
+        days = args.hours / 24
+    if args.ms_per_step is not None:
+        days = args.ms_per_step * steps / 1000 / 86400
+    peak = DEVICE_PEAK_TFLOPS[args.device] if args.device else args.device_tflops
+    report = flops_report(cfg, steps, days=days, peak_tflops=peak, gpus=args.gpus)
+    print(json.dumps({"preset": args.preset, **report}))
+    return 0
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    from electra.bench import DTYPES, BenchSettings
+
+    d = BenchSettings()
+    sub = p.add_subparsers(dest="what", required=True)
+    for name, help_text in (
+        ("pretrain", "time a pretraining step (masking, generator, discriminator, backward, clip, AdamW)"),
+        ("finetune", "time a GLUE classification step and evaluation throughput"),
+        ("check", "bf16 vs fp32 and compiled vs eager losses agree, no host-device syncs (exit 1 if not)"),
+    ):
+        q = sub.add_parser(name, help=help_text)
+        q.add_argument("--preset", default=d.preset, help="preset name or YAML file (default: small)")
+        q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override; repeatable")
+        q.add_argument("--batch-size", type=int, default=d.batch_size)
+        q.add_argument("--seq-len", type=int, default=d.seq_len)
+        q.add_argument("--device", default=d.device)
+        if name == "check":
+            q.add_argument("--steps", type=int, default=d.steps, help="training steps compared (default 10)")
+            continue
+        q.add_argument(
+            "--no-malloc-tuning", dest="malloc_tuning", action="store_false",
+            help="on CPU, leave glibc's defaults (see keep_freed_memory_in_heap)",
+        )  # fmt: skip
+        q.add_argument("--steps", type=int, default=d.steps, help="timed steps (default 10)")
+        q.add_argument("--warmup", type=int, default=None, help="untimed steps (default 2; 3 with --compile)")
+        q.add_argument("--dtype", choices=DTYPES, default=d.dtype)
+        q.add_argument("--compile", action="store_true", help="torch.compile(dynamic=False) the forward")
+        q.add_argument(
+            "--compile-mode", default=None, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+            help="torch.compile mode (reduce-overhead: CUDA graphs)",
+        )  # fmt: skip
+        if name == "pretrain":
+            q.add_argument("--impl", choices=("ours", "hf", "both"), default="ours", help="both: alternate")
+        else:
+            from electra.glue.heads import HEADS
+
+            q.add_argument("--num-labels", type=int, default=2)
+            q.add_argument("--head", choices=HEADS, default="cls-linear", help="GLUE head (electra.glue.heads)")
+            q.add_argument("--eval-batch-size", type=int, default=None, help="default: 4x the training batch")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from electra.bench import BenchSettings, bench_check, bench_finetune, bench_pretrain
+
+    settings = BenchSettings(
+        preset=args.preset, overrides=args.set, batch_size=args.batch_size, seq_len=args.seq_len, device=args.device,
+        steps=args.steps, warmup=getattr(args, "warmup", None), dtype=getattr(args, "dtype", "fp32"),
+        compile=getattr(args, "compile", False), compile_mode=getattr(args, "compile_mode", None),
+        malloc_tuning=getattr(args, "malloc_tuning", False),
+    )  # fmt: skip
+    if args.what == "pretrain":
+        out = bench_pretrain(settings, args.impl)
+    elif args.what == "finetune":
+        out = bench_finetune(settings, args.num_labels, args.head, args.eval_batch_size)
+    else:
+        out = bench_check(settings)
+    print(json.dumps(out))
+    return 0 if out.get("ok", True) else 1
+
+
+# -- demo -----------------------------------------------------------------------------------------------------
+
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="runs/demo", help="run folder (replaced if it exists)")
+    p.add_argument("--max-steps", type=int, default=None, help="pretraining steps (default: the tiny preset's)")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from electra.demo import demo
+
+    return demo(args.out, args.max_steps)
+
+
+# -- dispatch -------------------------------------------------------------------------------------------------
+
+Handlers = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+# name -> (one-line help, add arguments, run), in pipeline order
+COMMANDS: dict[str, Handlers] = {
+    "tokenizer": ("train a byte-level BPE or WordPiece tokenizer", _add_tokenizer, _run_tokenizer),
+    "data": ("prepare a tokenized pretraining corpus", _add_data, _run_data),
+    "pretrain": ("pretrain ELECTRA (generator + discriminator)", _add_pretrain, _run_pretrain),
+    "glue": ("fine-tune and evaluate on GLUE over several seeds, with a report", _add_glue, _run_glue),
+    "export-hf": ("write a run's model in transformers format", _add_export_hf, _run_export_hf),
+    "import-hf": ("make a run folder from transformers ELECTRA folders", _add_import_hf, _run_import_hf),
+    "flops": ("training FLOPs and pfs-days of a configuration", _add_flops, _run_flops),
+    "bench": ("time a pretraining or fine-tuning step", _add_bench, _run_bench),
+    "demo": ("the pipeline at toy scale on the built-in language, on a CPU", _add_demo, _run_demo),
 }
 
 
@@ -30,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="electra",
         description="ELECTRA pretraining and GLUE transfer on a small compute budget.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + "\n".join(f"  {n:<10} {h}" for n, (_, h) in COMMANDS.items()),
+        epilog="commands:\n" + "\n".join(f"  {n:<10} {h}" for n, (h, _, _) in COMMANDS.items()),
     )
     top.add_argument("command", choices=COMMANDS, metavar="COMMAND", help="one of the commands below")
     if not argv or argv[0] in ("-h", "--help"):
@@ -39,10 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         top.parse_args(argv[:1])  # exits with argparse's "invalid choice" message
     name = argv[0]
-    module_name, help_text = COMMANDS[name]
-    module = importlib.import_module(module_name)
+    help_text, add, run = COMMANDS[name]
     parser = argparse.ArgumentParser(prog=f"electra {name}", description=help_text)
-    add, run = _handlers(module, name)
     add(parser)
     args = parser.parse_args(argv[1:])
     try:
@@ -53,72 +328,6 @@ def main(argv: list[str] | None = None) -> int:
         # Errors we raise for bad input carry the file and line; show them as one line, not a traceback.
         print(f"electra {name}: error: {err}", file=sys.stderr)
         return 2
-
-
-def _handlers(module, name: str):
-    if module.__name__ == __name__:
-        suffix = name.replace("-", "_")
-        return globals()[f"add_{suffix}_arguments"], globals()[f"run_{suffix}"]
-    return module.add_arguments, module.run
-
-
-# -- the small commands that live here -----------------------------------------------------------------------
-
-
-def add_export_hf_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint folder")
-    p.add_argument("out", help="output folder: writes OUT/discriminator and OUT/generator")
-
-
-def run_export_hf(args: argparse.Namespace) -> int:
-    from electra.checkpoint import find_tokenizer, load_pretraining_model, resolve_checkpoint
-    from electra.hf_compat import to_hf
-
-    ckpt = resolve_checkpoint(args.run)
-    model, _ = load_pretraining_model(ckpt)
-    out = to_hf(model, args.out, find_tokenizer(ckpt))
-    print(f"wrote {out / 'discriminator'} and {out / 'generator'} (from {ckpt})")
-    return 0
-
-
-def add_import_hf_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--discriminator", required=True, help="transformers ElectraForPreTraining folder")
-    p.add_argument("--generator", required=True, help="transformers ElectraForMaskedLM folder")
-    p.add_argument("--out", required=True, help="run folder to create (a step-0 checkpoint)")
-
-
-def run_import_hf(args: argparse.Namespace) -> int:
-    import shutil
-    from pathlib import Path
-
-    from electra.checkpoint import checkpoint_dir, find_tokenizer, save_config, save_model_checkpoint
-    from electra.config import PretrainConfig
-    from electra.hf_compat import from_hf
-
-    model = from_hf(args.discriminator, args.generator)
-    cfg = PretrainConfig.for_model(model.cfg)
-    out = Path(args.out)
-    save_config(cfg, out / "config.yaml")
-    tok = find_tokenizer(Path(args.discriminator))
-    if tok is not None:
-        (out / "tokenizer").mkdir(parents=True, exist_ok=True)
-        for name in ("tokenizer.json", "vocab.txt"):
-            if (tok / name).exists():
-                shutil.copy(tok / name, out / "tokenizer" / name)
-    ckpt = save_model_checkpoint(model, cfg, checkpoint_dir(out, 0))
-    print(f"imported into {ckpt}" + ("" if tok else " (no tokenizer found beside the discriminator)"))
-    return 0
-
-
-def add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs/demo", help="run folder (replaced if it exists)")
-    p.add_argument("--max-steps", type=int, default=None, help="pretraining steps (default: the tiny preset's)")
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from electra.demo import demo
-
-    return demo(args.out, args.max_steps)
 
 
 if __name__ == "__main__":

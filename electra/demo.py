@@ -36,7 +36,7 @@ def demo(out: str | Path, max_steps: int | None = None) -> int:
     train_rows = [r for r in rows if "mlm_loss" in r]
     eval_rows = [r for r in rows if "eval_disc_auc" in r]
     print_pretraining(train_rows, eval_rows)
-    if meta["collapsed"]:
+    if meta.collapsed:
         print("   The discriminator does not yet tell replaced from original tokens (recall ~0): a run this short has\n"
               "   not left the early plateau. Expect fine-tuning near the random-initialisation baseline.")
 

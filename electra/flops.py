@@ -21,11 +21,9 @@ Two counts, for two different questions:
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass
 
-from electra.config import EncoderSize, ModelConfig, PretrainConfig, load_config, num_mask_slots
+from electra.config import EncoderSize, ModelConfig, PretrainConfig, num_mask_slots
 
 # -- the official accounting (OFF flops_computation.py), re-derived ------------------------------------------
 
@@ -167,38 +165,17 @@ def pfs_days(days: float, gpus: int, peak_tflops: float, utilisation: float = UT
     return days * gpus * peak_tflops * utilisation / 1000
 
 
-# -- the command -----------------------------------------------------------------------------------------
+# -- the report -----------------------------------------------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="small", help="preset name or YAML file (default: small)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override; repeatable")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the config's max_steps)")
-    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: the config's)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the config's)")
-    peak = p.add_mutually_exclusive_group()
-    peak.add_argument("--device-tflops", type=float, default=None, help="peak TFLOP/s of one device")
-    peak.add_argument("--device", choices=sorted(DEVICE_PEAK_TFLOPS), default=None, help="a device's peak")
-    p.add_argument("--gpus", type=int, default=1, help="devices used (default 1)")
-    wall = p.add_mutually_exclusive_group()
-    wall.add_argument("--days", type=float, default=None, help="wall-clock days of the run")
-    wall.add_argument("--hours", type=float, default=None, help="wall-clock hours of the run")
-    wall.add_argument("--ms-per-step", type=float, default=None, help="a measured step time (electra bench)")
-
-
-def run(args: argparse.Namespace) -> int:
-    overrides = list(args.set)
-    if args.batch_size is not None:
-        overrides.append(f"train.batch_size={args.batch_size}")
-    if args.seq_len is not None:
-        overrides.append(f"data.seq_len={args.seq_len}")
-    cfg = load_config(args.preset, overrides)
-    steps = cfg.train.max_steps if args.steps is None else args.steps
+def flops_report(cfg: PretrainConfig, steps: int | None = None, days: float | None = None,
+                 peak_tflops: float | None = None, gpus: int = 1) -> dict:  # fmt: skip
+    """FLOPs of a run (both accountings) and, given its wall-clock days and a device's peak, its pfs-days."""
+    steps = cfg.train.max_steps if steps is None else steps
     B, T = cfg.train.batch_size, cfg.data.seq_len
     step = pretrain_step_flops(cfg, B, T)
     total = off_train_flops(cfg, steps)
     out = {
-        "preset": args.preset,
         "steps": steps,
         "batch_size": B,
         "seq_len": T,
@@ -210,17 +187,10 @@ def run(args: argparse.Namespace) -> int:
         "executed_method": "matmuls only, train = 3 x forward, generator head at the masked slots",
         "pfs_days_of_flops": total / PFS_DAY,
     }
-    days = args.days if args.days is not None else None
-    if args.hours is not None:
-        days = args.hours / 24
-    if args.ms_per_step is not None:
-        days = args.ms_per_step * steps / 1000 / 86400
-    peak = DEVICE_PEAK_TFLOPS[args.device] if args.device else args.device_tflops
     if days is not None:
         out["wall_days"] = days
         out["wall_hours"] = days * 24
-        if peak is not None:
-            out.update(gpus=args.gpus, peak_tflops=peak, utilisation=UTILISATION)
-            out["pfs_days"] = pfs_days(days, args.gpus, peak)
-    print(json.dumps(out))
-    return 0
+        if peak_tflops is not None:
+            out.update(gpus=gpus, peak_tflops=peak_tflops, utilisation=UTILISATION)
+            out["pfs_days"] = pfs_days(days, gpus, peak_tflops)
+    return out

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from electra.config import ModelConfig, ObjectiveConfig
-from electra.model import ElectraForPretraining
+from electra.config import ModelConfig, ObjectiveConfig, PretrainConfig
+from electra.model import ElectraForPretraining, ElectraModel, build_model
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,8 @@ def from_hf(
     """
     disc_cfg, disc_state = read_hf_dir(discriminator_dir)
     gen_cfg, gen_state = read_hf_dir(generator_dir)
-    model = ElectraForPretraining(model_config_from_hf(disc_cfg, gen_cfg), objective)
+    model_cfg = model_config_from_hf(disc_cfg, gen_cfg)
+    model = build_model(PretrainConfig(model=model_cfg, objective=objective or ObjectiveConfig()))
     ours = model.state_dict()
     loaded: dict[str, Tensor] = {}
     for which, state, folder in (
@@ -165,6 +166,28 @@ def from_hf(
         raise HFConversionError(f"weights missing from {discriminator_dir} / {generator_dir}: {missing[:5]}")
     model.load_state_dict(loaded)
     return model.eval()
+
+
+def discriminator_body_from_hf(hf_dir: str | Path) -> tuple[ElectraModel, ModelConfig]:
+    """The discriminator body (embeddings + encoder) of a transformers ELECTRA folder, for fine-tuning.
+
+    Any ELECTRA architecture works (ElectraForPreTraining, ElectraForSequenceClassification, a bare
+    ElectraModel): its head, if any, is left out, since fine-tuning puts a new one on.
+    """
+    hf_cfg, state = read_hf_dir(hf_dir)
+    cfg = model_config_from_hf(hf_cfg, None)
+    body = ElectraModel(cfg)
+    if not any(k.startswith("electra.") for k in state):  # a bare ElectraModel: no base-model prefix
+        state = {f"electra.{k}": v for k, v in state.items()}
+    renamed = {}
+    for key, value in state.items():
+        name = _rename(key, _HF_PREFIXES["discriminator"], reverse=True) or ""
+        if name.startswith(("embeddings.", "discriminator.electra.")):  # heads are replaced by fine-tuning
+            renamed[name.removeprefix("discriminator.electra.")] = value
+    result = body.load_state_dict(renamed, strict=False)
+    if result.missing_keys:
+        raise HFConversionError(f"{hf_dir}: weights missing: {result.missing_keys[:5]}")
+    return body, cfg
 
 
 def to_hf(model: ElectraForPretraining, out_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Path:

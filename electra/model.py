@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from electra.config import EncoderSize, ModelConfig, ObjectiveConfig
+from electra.config import EncoderSize, ModelConfig, ObjectiveConfig, PretrainConfig
 from electra.masking import MaskedBatch, sample_replacements
 
 
@@ -380,3 +380,8 @@ class ElectraModel(Transformer):
         state.update(model.discriminator.electra.state_dict())
         body.load_state_dict(state)
         return body
+
+
+def build_model(cfg: PretrainConfig) -> ElectraForPretraining:
+    """The pretraining model a config describes: the one place where it is constructed (fresh weights)."""
+    return ElectraForPretraining(cfg.model, cfg.objective)

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from electra import checkpoint as ckpt_io
+from electra.checkpoint import RunMeta
 from electra.config import PretrainConfig, to_dict
 from electra.data import ExampleSource, TokenizerInfo
+from electra.files import write_atomic
 from electra.masking import mask_tokens
 from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
 
@@ -77,26 +78,26 @@ def is_collapsed(metrics: dict[str, float]) -> bool:
     return (not recall >= COLLAPSE_RECALL) or (not auc >= COLLAPSE_AUC)  # NaN counts as collapsed
 
 
-def watch_collapse(model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, step) -> None:
-    if not main_process:
-        return
+def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,
+                   run_dir: Path, writers: list, step: int) -> None:  # fmt: skip
+    """Evaluate on the held-out set, log it, and update the collapse flag in `meta` and RUN/run.json."""
     metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast)
     write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
-    meta["collapse_streak"] = meta["collapse_streak"] + 1 if is_collapsed(metrics) else 0
-    if meta["collapse_streak"] >= cfg.train.collapse_patience:
-        if not meta["collapsed"]:
+    meta.collapse_streak = meta.collapse_streak + 1 if is_collapsed(metrics) else 0
+    if meta.collapse_streak >= cfg.train.collapse_patience:
+        if not meta.collapsed:
             log.warning(
                 "step %d: the discriminator does not tell replaced from original tokens (eval recall %.3f, AUC %.3f "
                 "for %d evaluations). Early in a run this is the plateau where it predicts 'original' everywhere; "
                 "later it is a collapse (the study saw it with generators larger than recommended). Either way, "
                 "fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
-                metrics["disc_auc"], meta["collapse_streak"],
+                metrics["disc_auc"], meta.collapse_streak,
             )  # fmt: skip
-            meta["collapse_first_step"] = meta["collapse_first_step"] or step
-        meta["collapsed"] = True
-    elif meta["collapse_streak"] == 0:
-        meta["collapsed"] = False
-    ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
+            meta.collapse_first_step = meta.collapse_first_step or step
+        meta.collapsed = True
+    elif meta.collapse_streak == 0:
+        meta.collapsed = False
+    write_atomic(run_dir / "run.json", meta.to_json())
 
 
 def open_loggers(names: tuple[str, ...], run_dir: Path, cfg: PretrainConfig) -> list:

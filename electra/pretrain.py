@@ -1,7 +1,9 @@
-"""`electra pretrain`: one explicit loop for replaced-token-detection pretraining (SPEC §2, §4).
+"""Pretraining: one explicit loop for replaced-token detection (the ELECTRA paper, sections 2-3; OFF
+run_pretraining.py), in named phases: `setup` builds a `Run`, `train_step` makes one optimizer step, and `pretrain`
+loops over steps with logging, held-out evaluation and checkpoints.
 
 Single process:   electra pretrain --config small --data DATA --out RUN
-Several GPUs:     torchrun --nproc_per_node 4 -m electra.pretrain --config small --data DATA --out RUN
+Several GPUs:     torchrun --nproc_per_node 4 -m electra.cli pretrain --config small --data DATA --out RUN
 
 Exactness by construction: step s trains on the global example ids [s * B, (s + 1) * B); each rank takes its
 contiguous share and splits it into micro-batches; masking and sampling are keyed per example (masking.py); each
@@ -12,28 +14,31 @@ of two numbers before the forward passes. So accumulation and DDP give the big-b
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
+import dataclasses
 import logging
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor, nn
 from tqdm import tqdm
 
 from electra import checkpoint as ckpt_io
-from electra.config import PretrainConfig, load_config
-from electra.data import PretrainingData, TokenizerInfo
+from electra.checkpoint import RunMeta
+from electra.config import PretrainConfig
+from electra.data import PretrainingData, TokenizerInfo, open_pretraining_data
+from electra.files import write_atomic
+from electra.masking import MaskedBatch
 from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
-from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+from electra.model import STAT_NAMES, ElectraForPretraining, build_model, metrics_from_stats
 from electra.monitor import batch_to_device, masked_batch, open_loggers, watch_collapse, write_metrics
 from electra.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
 
@@ -69,6 +74,13 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
+def autocast_for(precision: str, device: torch.device):
+    """bf16/fp16 autocast on the device, or a no-op context for fp32 (reusable: entered once per forward)."""
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return contextlib.nullcontext()
+
+
 def micro_batch_size(cfg: PretrainConfig, per_rank: int, device: torch.device) -> int:
     """The micro-batch: given, or the largest divisor of the per-rank batch that fits --max-memory-gb."""
     t = cfg.train
@@ -82,12 +94,6 @@ def micro_batch_size(cfg: PretrainConfig, per_rank: int, device: torch.device) -
     raise ValueError(f"even a micro-batch of 1 does not fit in {t.max_memory_gb} GB")
 
 
-def open_data(cfg: PretrainConfig) -> PretrainingData:
-    from electra.data import open_pretraining_data
-
-    return open_pretraining_data(cfg.data, cfg.train.seed)
-
-
 def code_revision() -> str:
     try:
         root = Path(__file__).resolve().parents[1]
@@ -99,148 +105,245 @@ def code_revision() -> str:
         return "unknown"
 
 
-# -- the loop -------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """What a pretraining run holds while it trains; built by `setup`."""
+
+    cfg: PretrainConfig
+    """The resolved config (the vocabulary size is the tokenizer's); the caller's is never changed."""
+    run_dir: Path
+    rank: int
+    world: int
+    device: torch.device
+    data: PretrainingData
+    raw_model: ElectraForPretraining
+    model: nn.Module
+    """`raw_model`, wrapped by DistributedDataParallel and/or torch.compile when asked."""
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    meta: RunMeta
+    per_rank: int
+    """Sequences per step on this process."""
+    accum: int
+    """Micro-batches per step (gradient accumulation)."""
+    autocast: contextlib.AbstractContextManager
+
+    @property
+    def main_process(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def tokens(self) -> TokenizerInfo:
+        return self.data.tokens
 
 
-def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
-             loggers: tuple[str, ...] = ()) -> dict:  # fmt: skip
-    """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns the final run metadata."""
+def setup(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
+          data: PretrainingData | None = None) -> Run:  # fmt: skip
+    """Open the data, build model, optimizer and scaler, resume from a checkpoint if asked, write the run folder.
+
+    `data` replaces the corpus of `cfg.data` (e.g. an in-memory source); `resume` is "auto" (the newest valid
+    checkpoint of `run_dir`), a checkpoint folder, or None for a fresh run (refused if `run_dir` has checkpoints).
+    """
     run_dir = Path(run_dir)
     rank, world, dev = init_distributed(device)
-    main_process = rank == 0
+    if dev.type == "cpu":
+        keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md)
+    data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
+    if cfg.model.vocab_size != data.tokens.vocab_size:
+        log.info("model.vocab_size set to the tokenizer's %d (was %d)", data.tokens.vocab_size, cfg.model.vocab_size)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.tokens.vocab_size))
     t = cfg.train
-
-    data = open_data(cfg)
-    tokens = data.tokens
-    if cfg.model.vocab_size != tokens.vocab_size:
-        log.info("model.vocab_size set to the tokenizer's %d (was %d)", tokens.vocab_size, cfg.model.vocab_size)
-        cfg.model.vocab_size = tokens.vocab_size
     if t.batch_size % world:
         raise ValueError(f"batch size {t.batch_size} does not divide over {world} processes")
     per_rank = t.batch_size // world
     micro = micro_batch_size(cfg, per_rank, dev)
     if per_rank % micro:
         raise ValueError(f"micro-batch {micro} does not divide the per-process batch {per_rank}")
-    accum = per_rank // micro
     precision = resolve_precision(t.precision, dev)
-    autocast = (torch.autocast(dev.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-                if precision in ("bf16", "fp16") else contextlib.nullcontext())  # fmt: skip
 
     torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
-    raw_model = ElectraForPretraining(cfg.model, cfg.objective).to(dev)
+    raw_model = build_model(cfg).to(dev)
     optimizer = build_optimizer(raw_model, t, dev)
     scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
-    meta = {"step": 0, "samples": 0, "nonfinite_skipped": 0, "collapsed": False, "collapse_streak": 0,
-            "collapse_first_step": None, "code_revision": code_revision(), "world_size": world}  # fmt: skip
-
-    start = 0
-    checkpoints = ckpt_io.list_checkpoints(run_dir)
-    if resume is None and checkpoints:
+    meta = RunMeta(code_revision=code_revision(), world_size=world)
+    if resume is None and ckpt_io.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:
-        loaded = ckpt_io.restore_training_state(
-            run_dir if resume == "auto" else Path(resume), cfg, raw_model, optimizer, scaler, rank, world
-        )
-        if loaded is not None:
-            meta = loaded
-            start = meta["step"]
-    if main_process:
-        prepare_run_dir(run_dir, cfg, tokens, meta)
+        where = run_dir if resume == "auto" else Path(resume)
+        meta = ckpt_io.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world) or meta
+    if rank == 0:
+        prepare_run_dir(run_dir, cfg, data.tokens, meta)
     if world > 1:
         dist.barrier()
 
-    model = raw_model
+    model: nn.Module = raw_model
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
-            raw_model, device_ids=[dev.index] if dev.type == "cuda" else None
-        )
+        model = nn.parallel.DistributedDataParallel(raw_model, device_ids=[dev.index] if dev.type == "cuda" else None)
     if t.compile:
         model = torch.compile(model, dynamic=False)
+    return Run(cfg, run_dir, rank, world, dev, data, raw_model, model, optimizer, scaler, meta, per_rank,
+               per_rank // micro, autocast_for(precision, dev))  # fmt: skip
 
-    stop = {"signal": None}
+
+def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: RunMeta) -> None:
+    """Make the run folder self-contained: resolved config, a copy of the tokenizer, run metadata."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_io.save_config(cfg, run_dir / "config.yaml")
+    if tokens.path is not None and not (run_dir / "tokenizer").exists():
+        shutil.copytree(tokens.path, run_dir / "tokenizer")
+    write_atomic(run_dir / "run.json", meta.to_json())
+
+
+# -- one optimizer step ---------------------------------------------------------------------------------------
+
+
+def step_batches(run: Run, step: int) -> tuple[list[dict[str, Tensor]], list[MaskedBatch]]:
+    """This process's micro-batches of global step `step`, on the device, with their masked slots."""
+    first = step * run.cfg.train.batch_size + run.rank * run.per_rank
+    ids = np.arange(first, first + run.per_rank, dtype=np.int64)
+    batches = [batch_to_device(run.data.train.examples(i), i, run.device) for i in np.split(ids, run.accum)]
+    special = torch.tensor(run.tokens.special_ids, device=run.device)
+    return batches, [masked_batch(run.cfg, run.tokens, b, special) for b in batches]
+
+
+@dataclass
+class StepOutput:
+    loss: Tensor
+    """The step's loss on this process (its micro-batches' shares summed), detached."""
+    stats: Tensor
+    """(len(STAT_NAMES),) summed counts of this process's micro-batches (see model.STAT_NAMES)."""
+    grad_norm: Tensor
+    skipped: Tensor
+    """0-dim bool: the update was skipped (non-finite loss or gradients)."""
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               params: list[Tensor], batches: list[dict[str, Tensor]], masked: list[MaskedBatch], world: int,
+               autocast: contextlib.AbstractContextManager, grad_clip: float) -> StepOutput:  # fmt: skip
+    """Forward and backward over the micro-batches of one step, then clip and update (`electra pretrain` and
+    `electra bench` both run exactly this). No host-device sync: a non-finite step is skipped on the device."""
+    # the global target counts of this optimizer step, so that every micro-batch's loss is a share of it
+    counts = torch.stack([sum(m.weights.sum() for m in masked), sum(m.disc_mask.sum() for m in masked)]).float()
+    if world > 1:
+        dist.all_reduce(counts)
+    mlm_norm, disc_norm = counts[0].clamp(min=1), counts[1].clamp(min=1)
+    stats = torch.zeros(len(STAT_NAMES), device=counts.device)
+    loss = torch.zeros((), device=counts.device)
+    for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
+        sync = world == 1 or i == len(batches) - 1  # DDP all-reduces gradients after the last micro-batch only
+        with contextlib.nullcontext() if sync else model.no_sync(), autocast:
+            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], m, mlm_norm, disc_norm)
+        scaler.scale(out.loss * world).backward()  # DDP averages over ranks; our losses are global shares
+        stats += torch.stack([out.stats[k] for k in STAT_NAMES])
+        loss += out.loss.detach()
+    grad_norm, skipped = clip_and_step(optimizer, scaler, params, grad_clip)
+    return StepOutput(loss, stats, grad_norm, skipped)
+
+
+class Window:
+    """What happened since the last log line, summed on the device (read only when a line is written)."""
+
+    def __init__(self, device: torch.device, nonfinite: int, streak: int):
+        self.stats = torch.zeros(len(STAT_NAMES), device=device)
+        self.norm_sum = torch.zeros((), device=device)  # gradient norms of the applied updates
+        self.updates = torch.zeros((), device=device)
+        self.nonfinite = torch.tensor(nonfinite, device=device)  # skipped updates in the whole run
+        self.streak = torch.tensor(streak, device=device)  # ... and in a row, up to now
+        self.steps, self.start = 0, time.perf_counter()
+
+    def add(self, out: StepOutput) -> None:
+        bad = out.skipped  # a skipped update adds nothing but its count: no NaN in the logged metrics
+        self.nonfinite += bad
+        self.streak.add_(1).mul_(bad)
+        self.stats += torch.where(bad, 0.0, out.stats)
+        self.norm_sum += torch.where(bad, 0.0, out.grad_norm)
+        self.updates += ~bad
+        self.steps += 1
+
+    def settle_nonfinite(self, meta: RunMeta, limit: int, done: int, run_dir: Path) -> None:
+        """Read the skip counts into `meta` (a host sync); stop the run when `limit` came in a row."""
+        total, in_a_row = torch.stack([self.nonfinite, self.streak]).tolist()
+        if total > meta.nonfinite_skipped:
+            log.warning("%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
+                        total - meta.nonfinite_skipped, done, in_a_row)  # fmt: skip
+        meta.nonfinite_skipped, meta.consecutive_nonfinite = int(total), int(in_a_row)
+        if in_a_row >= limit:
+            raise NonFiniteError(
+                f"stopped at step {done}: the last {in_a_row} steps had non-finite loss or gradients (limit "
+                f"{limit}); the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, or "
+                "use bf16/fp32)"
+            )
+
+    def row(self, run: Run, done: int, lr: float) -> dict:
+        """The metrics line for steps up to `done` (global sums over ranks), then start a new window."""
+        stats = self.stats.clone()
+        if run.world > 1:
+            dist.all_reduce(stats)
+        metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
+        t, elapsed = run.cfg.train, time.perf_counter() - self.start
+        row = {"step": done, "lr": lr, "grad_norm": (self.norm_sum / self.updates.clamp(min=1)).item(), **metrics,
+               "tokens_per_s": self.steps * t.batch_size * run.cfg.data.seq_len / elapsed,
+               "samples": run.meta.samples, "flops": training_flops_per_step(run.cfg) * done,
+               "nonfinite_skipped": run.meta.nonfinite_skipped}  # fmt: skip
+        self.stats.zero_(), self.norm_sum.zero_(), self.updates.zero_()
+        self.steps, self.start = 0, time.perf_counter()
+        return row
+
+
+# -- the loop -------------------------------------------------------------------------------------------------
+
+
+def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
+             loggers: tuple[str, ...] = (), data: PretrainingData | None = None) -> RunMeta:  # fmt: skip
+    """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns where the run stands at the end.
+
+    SIGTERM / SIGINT save a checkpoint and stop after the current step (`meta.stopped_by_signal`); the run
+    continues with `resume="auto"`. At the last step the model is also exported for transformers (RUN/hf).
+    """
+    run = setup(cfg, run_dir, resume, device, data)
+    cfg, t, meta = run.cfg, run.cfg.train, run.meta
+    stop: dict[str, int | None] = {"signal": None}
     handlers = {s: signal.signal(s, lambda num, _: stop.update(signal=num)) for s in (signal.SIGTERM, signal.SIGINT)}
-    writers = open_loggers(loggers, run_dir, cfg) if main_process else []
-    special = torch.tensor(tokens.special_ids, device=dev)
-    window = torch.zeros(len(STAT_NAMES), device=dev)  # summed stats since the last log line, on device
-    norm_sum = torch.zeros((), device=dev)  # gradient norms of the updates applied since the last log line
-    updates = torch.zeros((), device=dev)  # and how many there were
-    window_steps, window_start = 0, time.perf_counter()
-    nonfinite = torch.tensor(meta["nonfinite_skipped"], device=dev)  # skipped updates, on device
-    nonfinite_streak = torch.tensor(meta.get("consecutive_nonfinite", 0), device=dev)
-    flops_per_step = training_flops_per_step(cfg)
-    bar = tqdm(total=t.max_steps, initial=start, desc="pretrain", disable=not main_process, dynamic_ncols=True)
-    raw_model.train()
-    params = list(raw_model.parameters())
-    step = start
+    writers = open_loggers(loggers, run.run_dir, cfg) if run.main_process else []
+    window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite)
+    bar = tqdm(total=t.max_steps, initial=meta.step, desc="pretrain", disable=not run.main_process,
+               dynamic_ncols=True)  # fmt: skip
+    params = list(run.raw_model.parameters())
+    run.raw_model.train()
     try:
-        for step in range(start, t.max_steps):
+        for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
-            set_learning_rate(optimizer, lr)
-            first = step * t.batch_size + rank * per_rank
-            ids = np.arange(first, first + per_rank, dtype=np.int64)
-            micro_ids = np.split(ids, accum)
-            batches = [batch_to_device(data.train.examples(i), i, dev) for i in micro_ids]
-            masked = [masked_batch(cfg, tokens, b, special) for b in batches]
-            # the global target counts of this optimizer step, so that every micro-batch's loss is a share
-            counts = torch.stack([sum(m.weights.sum() for m in masked), sum(m.disc_mask.sum() for m in masked)])
-            counts = counts.float()
-            if world > 1:
-                dist.all_reduce(counts)
-            mlm_norm, disc_norm = counts[0].clamp(min=1), counts[1].clamp(min=1)
-            step_stats = torch.zeros(len(STAT_NAMES), device=dev)
-            for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
-                sync = world == 1 or i == accum - 1
-                with contextlib.nullcontext() if sync else model.no_sync(), autocast:
-                    out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], m, mlm_norm, disc_norm)
-                # DDP averages gradients over ranks; our losses are already shares of the global batch
-                scaler.scale(out.loss * world).backward()
-                step_stats += torch.stack([out.stats[k] for k in STAT_NAMES])
-            # A non-finite loss or gradient skips the update, decided on the device: no host sync in the step.
-            # The counts are read, and the run stopped after too many in a row, at the next log line or save.
-            grad_norm, bad = clip_and_step(optimizer, scaler, params, t.grad_clip)
-            nonfinite += bad
-            nonfinite_streak.add_(1).mul_(bad)
-            window += torch.where(bad, 0.0, step_stats)
-            norm_sum += torch.where(bad, 0.0, grad_norm)
-            updates += ~bad
-            meta["step"], meta["samples"] = step + 1, (step + 1) * t.batch_size
-            window_steps += 1
-            bar.update(1)
+            set_learning_rate(run.optimizer, lr)
+            batches, masked = step_batches(run, step)
+            out = train_step(run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast,
+                             t.grad_clip)  # fmt: skip
+            window.add(out)
             done = step + 1
+            meta.step, meta.samples = done, done * t.batch_size
+            bar.update(1)
 
             signalled = stop["signal"]  # read once: a signal arriving later is handled after the next step
             log_now = done % t.log_every == 0 or done == t.max_steps
             save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
-            if log_now or save_now:
-                settle_nonfinite(nonfinite, nonfinite_streak, meta, t.max_nonfinite, done, run_dir)
+            if log_now or save_now:  # the non-finite counts are read here, not in the step
+                window.settle_nonfinite(meta, t.max_nonfinite, done, run.run_dir)
             if log_now:
-                stats = window.clone()
-                if world > 1:
-                    dist.all_reduce(stats)
-                metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
-                elapsed = time.perf_counter() - window_start
-                row = {"step": done, "lr": lr, "grad_norm": (norm_sum / updates.clamp(min=1)).item(), **metrics,
-                       "tokens_per_s": window_steps * t.batch_size * cfg.data.seq_len / elapsed,
-                       "samples": meta["samples"], "flops": flops_per_step * done,
-                       "nonfinite_skipped": meta["nonfinite_skipped"]}  # fmt: skip
-                if main_process:
-                    write_metrics(run_dir, row, writers)
+                row = window.row(run, done, lr)
+                if run.main_process:
+                    write_metrics(run.run_dir, row, writers)
                     bar.set_postfix(mlm=f"{row['mlm_loss']:.3f}", disc=f"{row['disc_loss']:.3f}",
                                     recall=f"{row['disc_recall']:.2f}")  # fmt: skip
-                window.zero_()
-                norm_sum.zero_()
-                updates.zero_()
-                window_steps, window_start = 0, time.perf_counter()
-
-            if done % t.eval_every == 0 or done == t.max_steps:
-                watch_collapse(raw_model, data, cfg, tokens, dev, autocast, meta, run_dir, writers, main_process, done)
+            if (done % t.eval_every == 0 or done == t.max_steps) and run.main_process:
+                watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
+                               writers, done)  # fmt: skip
             if save_now:
-                ckpt_io.save_training_state(run_dir, cfg, raw_model, optimizer, scaler, meta, rank, world)
+                ckpt_io.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
+                                            run.rank, run.world)  # fmt: skip
             if signalled is not None:
                 log.warning("signal %s: saved step %d and stopped; continue with --resume auto", signalled, done)
-                meta["stopped_by_signal"] = int(signalled)
+                meta.stopped_by_signal = int(signalled)
                 break
-            if meta["collapsed"] and t.stop_on_collapse:
+            if meta.collapsed and t.stop_on_collapse:
                 log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")
                 break
     finally:
@@ -249,104 +352,17 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             signal.signal(s, h)
         for w in writers:
             w.close()
-    if main_process and meta["step"] == t.max_steps:
+    if run.main_process and meta.step == t.max_steps:
         from electra.hf_compat import to_hf
 
-        to_hf(raw_model, run_dir / "hf", run_dir / "tokenizer" if (run_dir / "tokenizer").exists() else None)
-    if world > 1:
+        tokenizer = run.run_dir / "tokenizer"
+        to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
+    if run.world > 1:
         dist.barrier()
     return meta
-
-
-def settle_nonfinite(nonfinite: torch.Tensor, streak: torch.Tensor, meta: dict, limit: int, done: int,
-                     run_dir: Path) -> None:  # fmt: skip
-    """Read the on-device counts of skipped updates into `meta` (a host sync); stop when `limit` came in a row."""
-    total, in_a_row = torch.stack([nonfinite, streak]).tolist()
-    if total > meta["nonfinite_skipped"]:
-        log.warning("%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
-                    total - meta["nonfinite_skipped"], done, in_a_row)  # fmt: skip
-    meta["nonfinite_skipped"], meta["consecutive_nonfinite"] = total, in_a_row
-    if in_a_row >= limit:
-        raise NonFiniteError(
-            f"stopped at step {done}: the last {in_a_row} steps had non-finite loss or gradients (limit {limit}); "
-            f"the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, or use bf16/fp32)"
-        )
-
-
-# -- run folder, checkpoints, logging -------------------------------------------------------------------------
-
-
-def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: dict) -> None:
-    """Make the run folder self-contained: resolved config, a copy of the tokenizer, run metadata."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_io.save_config(cfg, run_dir / "config.yaml")
-    if tokens.path is not None and not (run_dir / "tokenizer").exists():
-        shutil.copytree(tokens.path, run_dir / "tokenizer")
-    ckpt_io.write_atomic(run_dir / "run.json", json.dumps(meta, indent=2))
 
 
 def training_flops_per_step(cfg: PretrainConfig) -> float:
     from electra.flops import pretrain_step_flops
 
     return float(pretrain_step_flops(cfg, cfg.train.batch_size, cfg.data.seq_len))
-
-
-# -- command line ---------------------------------------------------------------------------------------------
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="small", help="a preset (tiny, small, small++, base, large) or a YAML file")
-    p.add_argument("--data", help="a folder from `electra data prepare` (default: the built-in synthetic corpus)")
-    p.add_argument("--out", required=True, help="the run folder")
-    p.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--batch-size", type=int, help="global batch in sequences (train.batch_size)")
-    p.add_argument("--micro-batch-size", type=int, help="sequences per forward pass on one device")
-    p.add_argument("--max-memory-gb", type=float, help="choose the micro-batch to fit this GPU memory budget")
-    p.add_argument("--save-every", type=int)
-    p.add_argument("--eval-every", type=int)
-    p.add_argument("--log-every", type=int)
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    p.add_argument("--resume", help="'auto' (newest valid checkpoint of --out) or a checkpoint folder")
-    p.add_argument("--device", help="e.g. cpu, cuda, cuda:1 (default: cuda if available)")
-    p.add_argument("--tensorboard", action="store_true", help="also log to RUN/tensorboard")
-    p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (offline unless WANDB_MODE)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config value, e.g. --set model.generator_fraction=1.0 (repeatable)")  # fmt: skip
-
-
-FLAG_KEYS = {
-    "data": "data.path", "max_steps": "train.max_steps", "seed": "train.seed", "batch_size": "train.batch_size",
-    "micro_batch_size": "train.micro_batch_size", "max_memory_gb": "train.max_memory_gb",
-    "save_every": "train.save_every", "eval_every": "train.eval_every", "log_every": "train.log_every",
-    "precision": "train.precision", "compile": "train.compile",
-}  # fmt: skip
-
-
-def run(args: argparse.Namespace) -> int:
-    overrides = [f"{key}={getattr(args, flag)}" for flag, key in FLAG_KEYS.items() if getattr(args, flag) is not None]
-    cfg = load_config(args.config, overrides + args.set)
-    loggers = tuple(n for n in ("tensorboard", "wandb") if getattr(args, n))
-    keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
-    try:
-        meta = pretrain(cfg, args.out, resume=args.resume, device=args.device, loggers=loggers)
-    except NonFiniteError as err:
-        print(f"electra pretrain: {err}", file=sys.stderr)
-        return 3
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    if meta.get("stopped_by_signal"):
-        print(f"stopped at step {meta['step']} by signal {meta['stopped_by_signal']}; continue with --resume auto")
-        return 128 + meta["stopped_by_signal"]
-    status = "the discriminator collapsed: see run.json" if meta["collapsed"] else "ok"
-    print(f"finished step {meta['step']} ({status}); run folder {args.out}")
-    return 0
-
-
-if __name__ == "__main__":  # torchrun -m electra.pretrain ...
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="electra pretrain")
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args()))

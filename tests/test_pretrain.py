@@ -75,7 +75,7 @@ def test_two_gloo_processes_equal_one_process_with_the_whole_batch(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     subprocess.run(cli("pretrain", *common, "--out", str(one)), check=True, env=env(), capture_output=True)
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29617",
-              "-m", "electra.pretrain", *common, "--out", str(two)]  # fmt: skip
+              "-m", "electra.cli", "pretrain", *common, "--out", str(two)]  # fmt: skip
     result = subprocess.run(launch, env=env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     a, b = weights(one), weights(two)
@@ -150,14 +150,13 @@ class IidTokens:
         return {"input_ids": ids, "attention_mask": ones, "token_type_ids": np.zeros_like(ids)}
 
 
-def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path, monkeypatch):
+def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path):
     tokens = TokenizerInfo(vocab_size=64, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
     data = PretrainingData(train=IidTokens(0), eval=IidTokens(1), tokens=tokens)
-    monkeypatch.setattr(pretrain_module, "open_data", lambda cfg: data)
     cfg = load_config("tiny", FAST + ["train.max_steps=12", "train.eval_every=3", "train.collapse_patience=3",
                                       "train.stop_on_collapse=true", "train.eval_batches=2"])  # fmt: skip
-    meta = pretrain(cfg, tmp_path / "run")
-    assert meta["collapsed"] and meta["collapse_first_step"] == 9 and meta["step"] == 9  # stopped at the flag
+    meta = pretrain(cfg, tmp_path / "run", data=data)
+    assert meta.collapsed and meta.collapse_first_step == 9 and meta.step == 9  # stopped at the flag
     assert json.loads((tmp_path / "run" / "run.json").read_text())["collapsed"] is True
     evals = [m for m in metrics(tmp_path / "run") if "eval_disc_auc" in m]
     assert all(m["eval_disc_recall"] < 0.05 or m["eval_disc_auc"] < 0.55 for m in evals)
@@ -180,4 +179,4 @@ def test_a_corrupt_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog)
     newest = list_checkpoints(run)[-1]
     (newest / "model.safetensors").write_bytes(b"garbage")
     meta = pretrain(load_config("tiny", FAST + ["train.max_steps=4", "train.save_every=2"]), run, resume="auto")
-    assert "skipping unreadable checkpoint" in caplog.text and meta["step"] == 4
+    assert "skipping unreadable checkpoint" in caplog.text and meta.step == 4

@@ -15,7 +15,6 @@ half-written set that looks complete.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import hashlib
 import json
@@ -277,25 +276,3 @@ def summary(meta: dict, out: str | Path) -> str:
     if meta["replaced_invalid_utf8"]:
         s += f"; {meta['replaced_invalid_utf8']} invalid UTF-8 sequences replaced (first: {meta['first_invalid_utf8']})"
     return s
-
-
-# -- the `electra data` command ---------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("prepare", help="tokenize text into a memory-mapped pretraining corpus folder")
-    p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt), or the file")
-    p.add_argument("--out", required=True, help="output folder (created atomically)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
-    workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
-    p.add_argument("--workers", type=int, default=None, help=workers)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.action == "prepare":
-        meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet)
-        print(summary(meta, args.out))
-    return 0

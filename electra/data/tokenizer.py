@@ -6,10 +6,8 @@ A BERT vocab.txt keeps its own ids ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [M
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import time
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -152,25 +150,3 @@ def train_tokenizer(
     log.info("trained %s tokenizer: %d tokens from %d documents (%.1f MB)", kind, tok.get_vocab_size(),
              stats.documents, stats.bytes / 1e6)  # fmt: skip
     return out_dir / "tokenizer.json"
-
-
-# -- the `electra tokenizer` command ----------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("train", help="train a tokenizer and write OUT/tokenizer.json")
-    kinds = "bpe: byte-level BPE, cased (the study); wordpiece: uncased WordPiece (the original)"
-    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help=kinds)
-    p.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size, special tokens included")
-    p.add_argument("--out", required=True, help="output folder (tokenizer.json is written into it)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.action == "train":
-        start = time.perf_counter()
-        path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet)
-        print(f"wrote {path} ({load_tokenizer(path).get_vocab_size()} tokens) in {time.perf_counter() - start:.1f}s")
-    return 0
