@@ -56,6 +56,9 @@ class RunMeta:
     collapse_first_step: int | None = None
     code_revision: str = "unknown"
     world_size: int = 1
+    device: str = "unknown"
+    train_seconds: float = 0.0
+    """Wall-clock seconds spent in training steps, evaluation and saves, summed over resumed sessions."""
     stopped_by_signal: int | None = None
 
     def to_json(self) -> str:

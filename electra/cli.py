@@ -134,6 +134,23 @@ def _run_glue(args: argparse.Namespace) -> int:
     return run(args)
 
 
+# -- report -----------------------------------------------------------------------------------------------------
+
+
+def _add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="RUN_OR_STUDY",
+                   help="study folders, pretraining run folders and/or `electra glue` output folders")  # fmt: skip
+    p.add_argument("--out", default=None, help="report folder (default: FIRST_PATH/report)")
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from electra.report import write_report
+
+    out = write_report(args.paths, args.out)
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
 # -- transformers import and export ---------------------------------------------------------------------------
 
 
@@ -292,6 +309,7 @@ COMMANDS: dict[str, Handlers] = {
     "data": ("prepare a tokenized pretraining corpus", _add_data, _run_data),
     "pretrain": ("pretrain ELECTRA (generator + discriminator)", _add_pretrain, _run_pretrain),
     "glue": ("fine-tune and evaluate on GLUE over several seeds, with a report", _add_glue, _run_glue),
+    "report": ("report.md with figures for runs, GLUE sweeps and studies", _add_report, _run_report),
     "export-hf": ("write a run's model in transformers format", _add_export_hf, _run_export_hf),
     "import-hf": ("make a run folder from transformers ELECTRA folders", _add_import_hf, _run_import_hf),
     "flops": ("training FLOPs and pfs-days of a configuration", _add_flops, _run_flops),

@@ -16,25 +16,36 @@ from __future__ import annotations
 
 import ctypes
 
-from electra.config import EncoderSize, PretrainConfig
+from electra.config import EncoderSize, ModelConfig, PretrainConfig
 
 MARGIN = 1.2
 
 
+def embedding_parameters(m: ModelConfig) -> int:
+    """Word, position and type tables plus their LayerNorm (shared by generator and discriminator)."""
+    return (m.vocab_size + m.max_position_embeddings + m.type_vocab_size + 2) * m.embedding_size
+
+
+def stack_parameters(m: ModelConfig, s: EncoderSize) -> int:
+    """One encoder stack: `embeddings_project` (when the sizes differ) and its layers."""
+    per_layer = 4 * (s.hidden_size**2 + s.hidden_size) + 2 * s.hidden_size * s.intermediate_size
+    per_layer += s.intermediate_size + s.hidden_size + 4 * s.hidden_size  # FFN biases, two LayerNorms
+    project = (m.embedding_size + 1) * s.hidden_size if m.embedding_size != s.hidden_size else 0
+    return s.num_layers * per_layer + project
+
+
+def backbone_parameters(m: ModelConfig) -> int:
+    """The body that fine-tuning starts from (embeddings + discriminator stack): 13.48M for ELECTRA-Small."""
+    return embedding_parameters(m) + stack_parameters(m, m.discriminator)
+
+
 def parameter_count(cfg: PretrainConfig) -> int:
+    """Every pretraining parameter: embeddings, both stacks, the generator's and the discriminator's heads."""
     m = cfg.model
-
-    def stack(s: EncoderSize) -> int:
-        per_layer = 4 * (s.hidden_size**2 + s.hidden_size) + 2 * s.hidden_size * s.intermediate_size
-        per_layer += s.intermediate_size + s.hidden_size + 4 * s.hidden_size  # FFN biases, two LayerNorms
-        project = (m.embedding_size + 1) * s.hidden_size if m.embedding_size != s.hidden_size else 0
-        return s.num_layers * per_layer + project
-
-    embeddings = (m.vocab_size + m.max_position_embeddings + m.type_vocab_size + 2) * m.embedding_size
     g, d = m.generator, m.discriminator
     gen_head = (g.hidden_size + 1) * m.embedding_size + 2 * m.embedding_size + m.vocab_size
     disc_head = (d.hidden_size + 1) * d.hidden_size + d.hidden_size + 1
-    return embeddings + stack(g) + stack(d) + gen_head + disc_head
+    return embedding_parameters(m) + stack_parameters(m, g) + stack_parameters(m, d) + gen_head + disc_head
 
 
 def estimate_peak_bytes(cfg: PretrainConfig, micro_batch: int) -> float:

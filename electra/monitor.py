@@ -47,7 +47,9 @@ def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, specia
 @torch.no_grad()
 def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
              device: torch.device, autocast) -> dict[str, float]:  # fmt: skip
-    """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC."""
+    """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC and
+    `mlm_majority_rate`: the MLM accuracy of always guessing the most frequent token at these masked slots (what a
+    generator on the unigram plateau scores)."""
     from sklearn.metrics import roc_auc_score
 
     was_training = model.training
@@ -55,7 +57,7 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
     special = torch.tensor(tokens.special_ids, device=device)
     size = min(cfg.train.batch_size, 64)
     totals = {k: 0.0 for k in STAT_NAMES}
-    scores, labels = [], []
+    scores, labels, targets = [], [], []
     for b in range(cfg.train.eval_batches):
         ids = np.arange(b * size, (b + 1) * size, dtype=np.int64)
         batch = batch_to_device(source.examples(ids), ids, device)
@@ -66,8 +68,11 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
             totals[k] += v.item()
         scores.append(out.disc_logits.float()[out.disc_mask].cpu())
         labels.append(out.disc_labels[out.disc_mask].cpu())
+        targets.append(masked.targets[masked.weights > 0].cpu())
     model.train(was_training)
     metrics = metrics_from_stats(totals)
+    counts = torch.bincount(torch.cat(targets))
+    metrics["mlm_majority_rate"] = float(counts.max() / counts.sum()) if counts.sum() else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
     metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
     return metrics

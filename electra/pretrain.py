@@ -310,6 +310,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
                dynamic_ncols=True)  # fmt: skip
     params = list(run.raw_model.parameters())
     run.raw_model.train()
+    meta.device = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else run.device.type
+    seconds_before, session_start = meta.train_seconds, time.perf_counter()
     try:
         for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
@@ -320,6 +322,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             window.add(out)
             done = step + 1
             meta.step, meta.samples = done, done * t.batch_size
+            meta.train_seconds = seconds_before + time.perf_counter() - session_start
             bar.update(1)
 
             signalled = stop["signal"]  # read once: a signal arriving later is handled after the next step
