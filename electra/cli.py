@@ -23,8 +23,37 @@ def _add_tokenizer(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help=kinds)
     p.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size, special tokens included")
     p.add_argument("--out", required=True, help="output folder (tokenizer.json is written into it)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
+    _add_input_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+INPUTS_HELP = (
+    ".txt/.jsonl/.parquet/.arrow files, tar archives (OpenWebText's openwebtext.tar.xz or its urlsf_subset*.xz), "
+    "folders of those, a folder written by datasets' save_to_disk, or a hub dataset NAME[:CONFIG] (offline: from "
+    "the local datasets cache)"
+)
+
+
+def _add_input_arguments(p: argparse.ArgumentParser) -> None:
+    """The inputs and how to read them: shared by `tokenizer train` and `data prepare`."""
+    from electra.data.sources import DOC_SEPARATORS, ReadOptions
+
+    d = ReadOptions()
+    separators = (
+        ".txt files: blank: a blank line ends a document (default); file: each file is one document, blank lines "
+        "separate its paragraphs (OpenWebText); line: each non-empty line is a document"
+    )
+    column = "the text field of .jsonl rows, the text column of Parquet/Arrow/datasets rows (default: text)"
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=INPUTS_HELP)
+    p.add_argument("--doc-separator", choices=DOC_SEPARATORS, default=d.doc_separator, help=separators)
+    p.add_argument("--text-column", default=d.text_column, help=column)
+    p.add_argument("--split", default=d.split, help="the split of a DatasetDict folder or hub dataset (default: train)")
+
+
+def _read_options(args: argparse.Namespace):
+    from electra.data.sources import ReadOptions
+
+    return ReadOptions(doc_separator=args.doc_separator, text_column=args.text_column, split=args.split)
 
 
 def _run_tokenizer(args: argparse.Namespace) -> int:
@@ -33,7 +62,8 @@ def _run_tokenizer(args: argparse.Namespace) -> int:
     from electra.data.tokenizer import load_tokenizer, train_tokenizer
 
     start = time.perf_counter()
-    path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet)
+    path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet,
+                           read_options=_read_options(args))  # fmt: skip
     print(f"wrote {path} ({load_tokenizer(path).get_vocab_size()} tokens) in {time.perf_counter() - start:.1f}s")
     return 0
 
@@ -46,7 +76,7 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("prepare", help="tokenize text into a memory-mapped pretraining corpus folder")
     p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt), or the file")
     p.add_argument("--out", required=True, help="output folder (created atomically)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.jsonl files, folders of them, or a dataset name")
+    _add_input_arguments(p)
     workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
     p.add_argument("--workers", type=int, default=None, help=workers)
     p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
@@ -56,7 +86,8 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
 def _run_data(args: argparse.Namespace) -> int:
     from electra.data.prepare import prepare, summary
 
-    meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet)
+    meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet,
+                   read_options=_read_options(args))  # fmt: skip
     print(summary(meta, args.out))
     return 0
 

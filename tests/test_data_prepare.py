@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import lzma
 import os
 import resource
 import signal
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from electra.cli import main
 from electra.data.corpus import META_FILE, open_corpus
 from electra.data.prepare import prepare
+from electra.data.sources import ReadOptions, read_documents, resolve_inputs
 from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import add_post_processor, load_tokenizer, train_tokenizer
 
@@ -117,6 +122,69 @@ def test_invalid_utf8_is_replaced_and_counted_with_its_line(tok_dir, tmp_path):
     assert meta["num_documents"] == 2 and meta["num_lines"] == 4
 
 
+def _tar_xz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=1) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_invalid_utf8_inside_an_archive_is_located_by_member_and_line(tok_dir, tmp_path):
+    inner = _tar_xz({"0001.txt": b"fine\n", "0002.txt": b"para one\n\npara \xff two\n"})
+    archive = tmp_path / "owt.tar.xz"
+    archive.write_bytes(_tar_xz({"openwebtext/urlsf_subset00-1_data.xz": inner}))
+    meta = prepare([str(archive)], tok_dir, tmp_path / "out", workers=1, show_progress=False)
+    assert meta["replaced_invalid_utf8"] == 1
+    assert meta["first_invalid_utf8"] == f"{archive}/openwebtext/urlsf_subset00-1_data.xz/0002.txt:3"
+    assert meta["num_documents"] == 2 and meta["num_lines"] == 3  # one document per member
+
+
+TWO_FILES = {
+    "a.txt": "P1 first paragraph.\nP2 second one.\n\n\nP3 after two blank lines.\n",
+    "b.txt": "Q1 alone.\n  \nQ2 after a line of spaces.\n",
+}
+
+
+@pytest.mark.parametrize("separator, lines_per_document",
+                         [("blank", [2, 1, 1, 1]), ("file", [3, 2]), ("line", [1, 1, 1, 1, 1])])  # fmt: skip
+def test_the_doc_separator_says_where_txt_documents_end(tok_dir, tmp_path, separator, lines_per_document):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, text in TWO_FILES.items():
+        (folder / name).write_text(text)
+    options = ReadOptions(doc_separator=separator)
+    docs = list(read_documents(resolve_inputs([str(folder)]), options))
+    assert [len(doc) for doc in docs] == lines_per_document
+    assert [line[:2] for doc in docs for line in doc] == ["P1", "P2", "P3", "Q1", "Q2"]  # the same lines, always
+    meta = prepare([str(folder)], tok_dir, tmp_path / "out", workers=1, show_progress=False, read_options=options)
+    corpus, _ = open_corpus(tmp_path / "out")
+    assert np.diff(np.searchsorted(corpus.line_offsets, corpus.doc_offsets)).tolist() == lines_per_document
+    assert meta["read_options"]["doc_separator"] == separator
+
+
+def test_the_doc_separator_is_part_of_the_source_key(tok_dir, inputs, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out), str(inputs)]
+    assert main(args) == 0
+    blank = open_corpus(out)[1]
+    assert main([*args, "--doc-separator", "file"]) == 2
+    assert "prepared from other inputs" in capsys.readouterr().err
+    assert main([*args, "--doc-separator", "file", "--overwrite"]) == 0
+    per_file = open_corpus(out)[1]
+    assert per_file["read_options"]["doc_separator"] == "file"
+    # docs.txt becomes one document (the .jsonl rows stay documents): 5 -> 4, the same tokens
+    assert (blank["num_documents"], per_file["num_documents"]) == (5, 4)
+    assert per_file["num_tokens"] == blank["num_tokens"]
+    # read with the default options, .txt/.jsonl inputs keep the fingerprint they always had: folders prepared
+    # before the separator option existed stay valid
+    files = sorted(inputs.iterdir())
+    legacy = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    assert blank["source_fingerprint"] == hashlib.sha256(json.dumps(legacy).encode()).hexdigest()
+
+
 def test_a_vocabulary_too_large_for_uint16_is_stored_as_uint32(tmp_path):
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
     vocab |= {f"w{i}": i + 5 for i in range(70_000)}
@@ -132,8 +200,16 @@ def test_a_vocabulary_too_large_for_uint16_is_stored_as_uint32(tmp_path):
     assert corpus.tokens.tolist() == [6, 70004, 65541, 8]
 
 
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
+def _write(path: Path, text: str | bytes) -> Path:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def _parquet(path: Path, columns: dict) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path)
     return path
 
 
@@ -143,11 +219,19 @@ def _write(path: Path, text: str) -> Path:
         (lambda d: d / "missing.txt", "no such file or folder"),
         (lambda d: _write(d / "empty.txt", ""), "empty input file"),
         (lambda d: _write(d / "blank.txt", "\n \n\n"), "no text in this input"),
-        (lambda d: (d / "sub").mkdir() or d / "sub", "holds no .txt or .jsonl"),
+        (lambda d: (d / "sub").mkdir() or d / "sub", "folder holds no .txt, .jsonl, .parquet"),
         (lambda d: _write(d / "x.csv", "a,b"), "unsupported input type"),
         (lambda d: _write(d / "bad.jsonl", '{"text": "ok"}\n{"text": \n'), "bad.jsonl:2: not valid JSON"),
         (lambda d: _write(d / "nt.jsonl", '{"text": "ok"}\n{"body": "x"}\n'),
          "nt.jsonl:2: expected an object with a string 'text' field"),
+        (lambda d: _write(d / "cut.tar.xz", _tar_xz({"a.txt": os.urandom(60_000)})[:30_000]),
+         "cut.tar.xz: not a readable tar archive, or damaged"),
+        (lambda d: _write(d / "plain.xz", lzma.compress(b"a text, not a tar")), "plain.xz: not a readable tar"),
+        (lambda d: _write(d / "notext.tar.xz", _tar_xz({"README.md": b"# no .txt"})),
+         "notext.tar.xz: archive holds no .txt files"),
+        (lambda d: _write(d / "bad.parquet", "not parquet"), "bad.parquet: not a readable Parquet file"),
+        (lambda d: _parquet(d / "body.parquet", {"body": ["x"]}), "body.parquet: no column 'text' (columns: body)"),
+        (lambda d: _write(d / "bad.arrow", "not arrow"), "bad.arrow: not a readable Arrow file"),
     ],
 )  # fmt: skip
 def test_bad_inputs_fail_with_one_line_naming_the_file(tok_dir, tmp_path, capsys, make, message):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 
 import pytest
 from transformers import PreTrainedTokenizerFast
@@ -97,6 +99,37 @@ def test_cli_rejects_bad_input_with_one_line(corpus, tmp_path, capsys, args, mes
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not (tmp_path / "t" / "tokenizer.json").exists()
+
+
+def _tar_xz(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=1) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_archive_and_parquet_routes_feed_the_trainer_the_same_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = [doc.split("\n") for doc in TEXT.strip().split("\n\n")] * 20
+    docs = [[f"{line} {i}" for line in doc] for i, doc in enumerate(docs)]  # every document a little different
+    (tmp_path / "docs.txt").write_text("\n\n".join("\n".join(doc) for doc in docs) + "\n")
+    # OpenWebText's layout: an xz tar of xz tars of .txt files, one document each, blank lines between paragraphs
+    subset = _tar_xz([(f"{i:04d}.txt", "\n\n".join(doc).encode()) for i, doc in enumerate(docs)])
+    (tmp_path / "owt.tar.xz").write_bytes(_tar_xz([("openwebtext/urlsf_subset00-1_data.xz", subset)]))
+    pq.write_table(pa.table({"text": ["\n".join(doc) for doc in docs]}), tmp_path / "docs.parquet")
+    tokenizers = {}
+    for name in ("docs.txt", "owt.tar.xz", "docs.parquet"):
+        out = tmp_path / f"tok_{name}"
+        assert main(["tokenizer", "train", "--vocab-size", "350", "--quiet", "--out", str(out),
+                     str(tmp_path / name)]) == 0  # fmt: skip
+        tokenizers[name] = (out / "tokenizer.json").read_text()
+    assert tokenizers["owt.tar.xz"] == tokenizers["docs.txt"] == tokenizers["docs.parquet"]
+    assert len(json.loads(tokenizers["docs.txt"])["model"]["vocab"]) == 350
 
 
 def test_bert_vocab_txt_loads_with_its_own_ids(tmp_path):

@@ -1,16 +1,17 @@
 """`electra data prepare`: raw text -> a tokenized, memory-mapped corpus folder (format: see corpus.py).
 
     electra data prepare --tokenizer TOKENIZER_DIR --out DATA_DIR corpus/*.txt
+    electra data prepare --tokenizer TOKENIZER_DIR --out DATA_DIR openwebtext.tar.xz   # or .parquet, a dataset...
 
 Pipeline: the main process reads documents (sources.py) and cuts them into ~2 MB batches of whole documents;
 worker processes (one per core) encode the batches (encoding.py); the main process appends the ids to tokens.bin
 in input order, so the result does not depend on the number of workers.
 
 The folder is keyed by source + tokenizer: metadata.json records the tokenizer's sha256 and a fingerprint of the
-inputs. Preparing into a folder made from other inputs or with another tokenizer fails (or, with --overwrite,
-replaces it); the same inputs and tokenizer again is a no-op. Everything is written into a temporary sibling
-folder that is renamed into place only when complete, so an interrupted run or a full disk leaves no
-half-written set that looks complete.
+inputs and of the options they are read with (sources.py). Preparing into a folder made from other inputs or
+with another tokenizer fails (or, with --overwrite, replaces it); the same inputs and tokenizer again is a no-op.
+Everything is written into a temporary sibling folder that is renamed into place only when complete, so an
+interrupted run or a full disk leaves no half-written set that looks complete.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +41,14 @@ from electra.data.corpus import (
     file_sha256,
     read_metadata,
 )
-from electra.data.sources import Input, ReadStats, read_documents, resolve_inputs
+from electra.data.sources import (
+    ReadOptions,
+    ReadStats,
+    read_documents,
+    resolve_inputs,
+    source_fingerprint,
+    total_size,
+)
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 2 << 20  # text per worker task: large enough to amortise pickling, small enough to pipeline
@@ -87,18 +96,6 @@ def default_workers() -> int:
     return cores if cores > 2 else 1
 
 
-def source_fingerprint(inputs: list[Input]) -> str:
-    """sha256 over each input's resolved path, size and modification time (hub datasets: their name)."""
-    parts = []
-    for inp in inputs:
-        if inp.kind == "hf":
-            parts.append(["hf", inp.name])
-        else:
-            st = Path(inp.name).stat()
-            parts.append([str(Path(inp.name).resolve()), st.st_size, st.st_mtime_ns])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-
-
 def _tokenizer_json(tokenizer: str | Path) -> str:
     """The tokenizer as tokenizer.json text (a BERT vocab.txt is converted), to store beside the data."""
     from electra.data.tokenizer import load_tokenizer
@@ -140,16 +137,19 @@ def prepare(
     workers: int | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
+    read_options: ReadOptions | None = None,
 ) -> dict:
-    """Tokenize `inputs` with `tokenizer` into `out_dir`; returns the metadata written (or found up to date)."""
+    """Tokenize `inputs` (read as `read_options` says, by default ReadOptions()) with `tokenizer` into `out_dir`;
+    returns the metadata written (or found up to date)."""
     from tqdm import tqdm
 
     start_time = time.perf_counter()
+    read_options = read_options or ReadOptions()
     out = Path(out_dir)
-    resolved = resolve_inputs(inputs)
+    resolved = resolve_inputs(inputs, read_options)
     tok_json = _tokenizer_json(tokenizer)
     tok_sha = hashlib.sha256(tok_json.encode("utf-8")).hexdigest()
-    fingerprint = source_fingerprint(resolved)
+    fingerprint = source_fingerprint(resolved, read_options)
     existing = _check_existing(out, tok_sha, fingerprint, overwrite)
     if existing is not None:
         log.info("%s: already prepared from these inputs with this tokenizer; nothing to do", out)
@@ -168,13 +168,14 @@ def prepare(
     line_lengths: list[np.ndarray] = []
     doc_line_counts: list[np.ndarray] = []
     num_tokens = empty_after_tokenizing = 0
-    total_bytes = sum(Path(i.name).stat().st_size for i in resolved if i.kind != "hf") or None
+    docs = read_documents(resolved, read_options, stats)
     try:
         with (
             open(tmp / TOKENS_FILE, "wb") as f,
-            tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=not show_progress) as bar,
-        ):
-            for (ids, lengths), counts in _encode_in_order(read_documents(resolved, stats), tok_json, workers):
+            tqdm(total=total_size(resolved), unit="B", unit_scale=True, desc="tokenizing",
+                 disable=not show_progress) as bar,
+        ):  # fmt: skip
+            for (ids, lengths), counts in _encode_in_order(docs, tok_json, workers):
                 # lines that tokenize to nothing (e.g. only control characters) are dropped, and so are
                 # documents left without lines; the counts say how many
                 keep = lengths > 0
@@ -184,7 +185,7 @@ def prepare(
                 line_lengths.append(lengths[keep])
                 f.write(np.ascontiguousarray(ids, dtype=dtype).data)  # (ndarray.tofile hides the errno)
                 num_tokens += len(ids)
-                bar.update(stats.bytes - bar.n)
+                bar.update(stats.input_bytes - bar.n)
                 bar.set_postfix_str(f"{num_tokens / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s")
         if num_tokens == 0:
             raise ValueError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
@@ -196,7 +197,6 @@ def prepare(
         (tmp / TOKENIZER_FILE).parent.mkdir()
         (tmp / TOKENIZER_FILE).write_text(tok_json, encoding="utf-8")
         elapsed = time.perf_counter() - start_time
-        doc_lengths = np.diff(doc_offsets)
         meta = {
             "format_version": FORMAT_VERSION,
             "num_documents": len(doc_offsets) - 1,
@@ -206,17 +206,13 @@ def prepare(
             "vocab_size": vocab_size,
             "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
             "source_fingerprint": fingerprint,
-            "sources": [i.name for i in resolved],
+            "sources": [i.label for i in resolved],
+            "read_options": asdict(read_options),
             "bytes": stats.bytes,
             "empty_documents": stats.empty_documents + empty_after_tokenizing,
             "replaced_invalid_utf8": stats.replaced_chars,
             "first_invalid_utf8": stats.first_replacement,
-            "document_tokens": {
-                "min": int(doc_lengths.min()),
-                "median": float(np.median(doc_lengths)),
-                "mean": float(doc_lengths.mean()),
-                "max": int(doc_lengths.max()),
-            },  # fmt: skip
+            "document_tokens": _length_stats(np.diff(doc_offsets)),
             "elapsed_s": round(elapsed, 2),
             "tokens_per_s": round(num_tokens / elapsed),
             "workers": workers,
@@ -229,6 +225,15 @@ def prepare(
             raise OSError(err.errno, f"{out}: disk full while writing ({err.strerror}); nothing was kept") from err
         raise
     return meta
+
+
+def _length_stats(lengths: np.ndarray) -> dict:
+    return {
+        "min": int(lengths.min()),
+        "median": float(np.median(lengths)),
+        "mean": float(lengths.mean()),
+        "max": int(lengths.max()),
+    }
 
 
 def _encode_in_order(docs: Iterator[list[str]], tok_json: str, workers: int):

@@ -1,165 +1,196 @@
-"""Raw text inputs for tokenizer training and corpus preparation: .txt files, .jsonl files, folders of them, or
-a Hugging Face hub dataset. Everything is read as documents, each a list of non-empty lines.
+"""Raw text inputs for tokenizer training and corpus preparation, read as documents (lists of non-empty lines).
 
-- .txt: a blank line separates documents; each file starts a new document (so a file without blank lines is one
-  document). Lines are kept as the "sentences" of OFF's static builder.
-- .jsonl: one JSON object per line with a string `text` field; one object is one document.
-- anything else that is not a path: `datasets.load_dataset(NAME, [CONFIG,] split="train", streaming=True)`,
-  written NAME or NAME:CONFIG (e.g. `openwebtext`, `wikipedia:20220301.en`), using the `text` column.
-
-Bytes that are not valid UTF-8 are replaced by U+FFFD and counted, never fatal. Errors name the file and line.
+What `electra tokenizer train` and `electra data prepare` accept (`resolve_inputs`):
+- .txt files: `ReadOptions.doc_separator` says where a document ends: at a blank line (the default), at the end
+  of the file (OpenWebText's one document per file, blank lines between paragraphs), or at every line;
+- .jsonl files: one JSON object per line, its text in the `text` field (`ReadOptions.text_column`);
+- tar archives, read as streams: OpenWebText as downloaded (`openwebtext.tar.xz`, or its `urlsf_subset*.xz`
+  files), .tar, .tar.gz, .tar.xz; each .txt member is one document, nested archives are read in place;
+- .parquet and .arrow files, and folders written by `datasets`' save_to_disk: one row is one document;
+- folders of any of these files (recursive, sorted by path);
+- anything else that is not a path: a Hugging Face hub dataset NAME or NAME:CONFIG, from the local datasets
+  cache when offline.
+Lines are kept as the "sentences" of OFF's static builder. The readers: sources_text.py (text files, archives)
+and sources_datasets.py (tables, `datasets` folders, the hub).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-TEXT_SUFFIXES = (".txt", ".jsonl")
-CHUNK_BYTES = 8 << 20  # read .txt files in 8 MiB pieces: bounded memory, few Python calls
+from electra.data.sources_datasets import (
+    arrow_documents,
+    hub_documents,
+    hub_revision_and_size,
+    is_saved_dataset,
+    parquet_documents,
+    saved_dataset_arrow_files,
+    saved_dataset_documents,
+)
+from electra.data.sources_text import (
+    DOC_SEPARATORS,
+    ReadStats,
+    archive_documents,
+    is_archive,
+    jsonl_documents,
+    txt_documents,
+)
+
+FILE_KINDS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
+ROW_KINDS = {"jsonl", "parquet", "arrow", "saved", "hf"}
+"""Inputs whose rows carry the text in a named field or column."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")
-_REPLACEMENT = "\ufffd"
 
 
-@dataclass
-class ReadStats:
-    """Counts gathered while reading, for the metadata and the summary line."""
+@dataclass(frozen=True)
+class ReadOptions:
+    """How inputs are read into documents; part of a prepared folder's source fingerprint."""
 
-    documents: int = 0
-    empty_documents: int = 0
-    lines: int = 0
-    bytes: int = 0
-    replaced_chars: int = 0
-    """Invalid UTF-8 sequences replaced by U+FFFD."""
-    first_replacement: str | None = None
-    """file:line of the first replacement."""
-    files: list[str] = field(default_factory=list)
+    doc_separator: str = "blank"
+    """.txt files: "blank" (a blank line ends a document), "file" (each file is one document, blank lines separate
+    its paragraphs, as OpenWebText's files) or "line" (every non-empty line is a document)."""
+    text_column: str = "text"
+    """The text field of .jsonl objects, the text column of Parquet/Arrow files and `datasets` data."""
+    split: str = "train"
+    """The split read from a DatasetDict folder or a hub dataset."""
+
+    def __post_init__(self):
+        if self.doc_separator not in DOC_SEPARATORS:
+            raise ValueError(f"unknown document separator {self.doc_separator!r}: expected one of "
+                             f"{', '.join(DOC_SEPARATORS)}")  # fmt: skip
+        if not self.text_column or not self.split:
+            raise ValueError("the text column and the split must be non-empty names")
 
 
 @dataclass(frozen=True)
 class Input:
-    kind: str  # "txt", "jsonl" or "hf"
+    kind: str  # "txt", "jsonl", "archive", "parquet", "arrow", "saved" (a save_to_disk folder) or "hf"
     name: str  # a path, or NAME[:CONFIG] of a hub dataset
+    size: int | None  # bytes on disk, for the progress bar; None when unknown
+    revision: str | None = None  # hub datasets: the commit (or cached copy) the name resolved to
+
+    @property
+    def label(self) -> str:
+        return self.name if self.revision is None else f"{self.name}@{self.revision}"
 
 
-def resolve_inputs(specs: list[str]) -> list[Input]:
-    """Expand folders (recursively, sorted) into their .txt/.jsonl files; fail clearly on missing or empty input."""
+def _file_kind(path: Path) -> str | None:
+    return "archive" if is_archive(path.name) else FILE_KINDS.get(path.suffix)
+
+
+def _file_input(path: Path) -> Input:
+    kind = _file_kind(path)
+    if kind is None:
+        raise ValueError(f"{path}: unsupported input type {path.suffix!r} (expected .txt, .jsonl, .parquet, "
+                         f".arrow or a tar archive)")  # fmt: skip
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"{path}: empty input file")
+    return Input(kind, str(path), size)
+
+
+def _folder_inputs(folder: Path, options: ReadOptions) -> list[Input]:
+    if is_saved_dataset(folder):
+        size = sum(p.stat().st_size for p in saved_dataset_arrow_files(folder, options.split))
+        return [Input("saved", str(folder), size)]
+    files = sorted(p for p in folder.rglob("*") if _file_kind(p) and p.is_file())
+    if not files:
+        raise FileNotFoundError(f"{folder}: folder holds no .txt, .jsonl, .parquet, .arrow or archive files")
+    return [Input(_file_kind(p), str(p), p.stat().st_size) for p in files]
+
+
+def resolve_inputs(specs: list[str], options: ReadOptions = ReadOptions()) -> list[Input]:
+    """Classify each input and expand folders; fail clearly on missing or empty input or an unknown dataset."""
     if not specs:
-        raise ValueError("no input given: pass .txt/.jsonl files, folders of them, or a dataset name")
+        raise ValueError("no input given: pass text, archive, Parquet or Arrow files, folders, or a dataset name")
     inputs: list[Input] = []
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
-            if not files:
-                raise FileNotFoundError(f"{path}: folder holds no .txt or .jsonl files")
-            inputs += [Input(p.suffix[1:], str(p)) for p in files]
+            inputs += _folder_inputs(path, options)
         elif path.is_file():
-            if path.suffix not in TEXT_SUFFIXES:
-                raise ValueError(f"{path}: unsupported input type {path.suffix!r} (expected .txt or .jsonl)")
-            if path.stat().st_size == 0:
-                raise ValueError(f"{path}: empty input file")
-            inputs.append(Input(path.suffix[1:], str(path)))
-        elif path.suffix in TEXT_SUFFIXES or spec.startswith((".", "/", "~")) or not _HUB_NAME.match(spec):
+            inputs.append(_file_input(path))
+        elif _file_kind(path) or spec.startswith((".", "/", "~")) or not _HUB_NAME.match(spec):
             raise FileNotFoundError(f"{path}: no such file or folder")
         else:
-            inputs.append(Input("hf", spec))
+            revision, size = hub_revision_and_size(spec, options.split)
+            inputs.append(Input("hf", spec, size, revision))
     return inputs
 
 
-def _decode(raw: bytes, path: str, first_line: int, stats: ReadStats) -> str:
-    """UTF-8 text of `raw` (which starts at line `first_line` of `path`), invalid bytes replaced and counted."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        text = raw.decode("utf-8", errors="replace")
-        # U+FFFD that were already in the file (as valid UTF-8) are not replacements
-        stats.replaced_chars += text.count(_REPLACEMENT) - raw.count(_REPLACEMENT.encode())
-        if stats.first_replacement is None:
-            line = first_line + raw[: err.start].count(b"\n")
-            stats.first_replacement = f"{path}:{line}"
-        return text
+def total_size(inputs: list[Input]) -> int | None:
+    """Bytes the progress bar will count (see ReadStats.input_bytes); None when an input's size is unknown."""
+    sizes = [i.size for i in inputs]
+    return None if None in sizes else sum(sizes) or None
 
 
-def _txt_documents(path: str, stats: ReadStats) -> Iterator[list[str]]:
-    doc: list[str] = []
-    line_no = 0  # lines before the current chunk, for error locations
-    with open(path, "rb") as f:
-        rest = b""
-        while True:
-            chunk = f.read(CHUNK_BYTES)
-            data = rest + chunk
-            cut = len(data) if not chunk else data.rfind(b"\n") + 1  # never split a line (or a UTF-8 char)
-            if cut == 0 and chunk:
-                rest = data
-                continue
-            data, rest = data[:cut], data[cut:]
-            stats.bytes += len(data)
-            text = _decode(data, path, line_no + 1, stats)
-            lines = text.split("\n")
-            if text.endswith("\n"):
-                lines.pop()
-            line_no += len(lines)
-            for line in lines:
-                line = line.strip()
-                if line:
-                    doc.append(line)
-                elif doc:
-                    yield doc
-                    doc = []
-            if not chunk:
-                break
-    if doc:
-        yield doc
+def _options_used(inputs: list[Input], options: ReadOptions) -> dict:
+    """The read options that change what `inputs` give, where they differ from the defaults."""
+    kinds, default, used = {i.kind for i in inputs}, ReadOptions(), {}
+    if "txt" in kinds and options.doc_separator != default.doc_separator:
+        used["doc_separator"] = options.doc_separator
+    if kinds & ROW_KINDS and options.text_column != default.text_column:
+        used["text_column"] = options.text_column
+    if kinds & {"saved", "hf"} and options.split != default.split:
+        used["split"] = options.split
+    return used
 
 
-def _jsonl_documents(path: str, stats: ReadStats) -> Iterator[list[str]]:
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            stats.bytes += len(raw)
-            if not raw.strip():
-                continue
-            text = _decode(raw, path, line_no, stats)
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise ValueError(f"{path}:{line_no}: expected an object with a string 'text' field")
-            yield _split_lines(obj["text"])
+def source_fingerprint(inputs: list[Input], options: ReadOptions = ReadOptions()) -> str:
+    """sha256 over what identifies the inputs and the read options that apply to them.
+
+    A file: its resolved path, size and modification time; a `datasets` folder: those of every file in it; a hub
+    dataset: its name and revision. .txt/.jsonl inputs read with the default options hash as they always have,
+    so folders prepared before the other kinds and options existed stay valid.
+    """
+    parts: list = []
+    for inp in inputs:
+        path = Path(inp.name)
+        if inp.kind == "hf":
+            parts.append(["hf", inp.name, inp.revision])
+        elif inp.kind == "saved":
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+            stamps = [[str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+            parts.append(["saved", str(path.resolve()), stamps])
+        else:
+            st = path.stat()
+            entry = [str(path.resolve()), st.st_size, st.st_mtime_ns]
+            parts.append(entry if inp.kind in ("txt", "jsonl") else [inp.kind, *entry])
+    used = _options_used(inputs, options)
+    return hashlib.sha256(json.dumps([parts, used] if used else parts).encode()).hexdigest()
 
 
-def _split_lines(text: str) -> list[str]:
-    return [s for s in (line.strip() for line in text.split("\n")) if s]
+def _documents_of(inp: Input, options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+    column, split = options.text_column, options.split
+    if inp.kind == "txt":
+        return txt_documents(inp.name, options.doc_separator, stats)
+    if inp.kind == "jsonl":
+        return jsonl_documents(inp.name, column, stats)
+    if inp.kind == "archive":
+        return archive_documents(inp.name, stats)
+    if inp.kind == "parquet":
+        return parquet_documents(inp.name, column, stats)
+    if inp.kind == "arrow":
+        return arrow_documents(inp.name, column, stats)
+    if inp.kind == "saved":
+        return saved_dataset_documents(inp.name, column, split, inp.size, stats)
+    return hub_documents(inp.name, column, split, inp.size, stats)
 
 
-def _hf_documents(spec: str, stats: ReadStats) -> Iterator[list[str]]:
-    import datasets
-
-    name, _, config = spec.partition(":")
-    try:
-        ds = datasets.load_dataset(name, config or None, split="train", streaming=True)
-    except Exception as err:  # offline, unknown name, ...: one line, naming the input
-        raise ValueError(f"{spec}: not a file or folder, and not a loadable dataset: {err}") from err
-    for i, row in enumerate(ds):
-        text = row.get("text")
-        if not isinstance(text, str):
-            raise ValueError(f"{spec}: row {i} has no string 'text' column")
-        stats.bytes += len(text.encode())
-        yield _split_lines(text)
-
-
-def read_documents(inputs: list[Input], stats: ReadStats | None = None) -> Iterator[list[str]]:
+def read_documents(
+    inputs: list[Input], options: ReadOptions = ReadOptions(), stats: ReadStats | None = None
+) -> Iterator[list[str]]:
     """Every non-empty document of the inputs, in order; empty ones are counted in `stats`, not yielded."""
     stats = stats if stats is not None else ReadStats()
-    readers = {"txt": _txt_documents, "jsonl": _jsonl_documents, "hf": _hf_documents}
     for inp in inputs:
-        stats.files.append(inp.name)
+        stats.files.append(inp.label)
         n_before = stats.documents
-        for doc in readers[inp.kind](inp.name, stats):
+        for doc in _documents_of(inp, options, stats):
             if doc:
                 stats.documents += 1
                 stats.lines += len(doc)

@@ -13,6 +13,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from electra.data import TokenizerInfo
+from electra.data.sources import ReadOptions, ReadStats, read_documents, resolve_inputs, total_size
 
 log = logging.getLogger(__name__)
 
@@ -99,20 +100,25 @@ def add_post_processor(tok: Tokenizer) -> None:
 
 
 def train_tokenizer(
-    kind: str, vocab_size: int, inputs: list[str], out_dir: str | Path, show_progress: bool = True
+    kind: str,
+    vocab_size: int,
+    inputs: list[str],
+    out_dir: str | Path,
+    show_progress: bool = True,
+    read_options: ReadOptions | None = None,
 ) -> Path:
-    """Train on .txt/.jsonl files, folders or a hub dataset (see sources.py); write out_dir/tokenizer.json.
+    """Train on text, archives, tables, folders or a hub dataset (sources.py, read as `read_options` says, by
+    default ReadOptions()); write out_dir/tokenizer.json.
 
     The special tokens come first, so [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 whatever the data.
     """
     from tokenizers import pre_tokenizers, trainers
     from tqdm import tqdm
 
-    from electra.data.sources import ReadStats, read_documents, resolve_inputs
-
+    read_options = read_options or ReadOptions()
     if vocab_size < 300:
         raise ValueError(f"--vocab-size {vocab_size} is too small: use at least 300 (256 bytes + 5 special tokens)")
-    resolved = resolve_inputs(inputs)
+    resolved = resolve_inputs(inputs, read_options)
     tok = new_tokenizer(kind)
     common = dict(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=show_progress)
     if kind == "bpe":
@@ -120,21 +126,20 @@ def train_tokenizer(
     else:
         trainer = trainers.WordPieceTrainer(continuing_subword_prefix="##", **common)
     stats = ReadStats()
-    total = sum(Path(i.name).stat().st_size for i in resolved if i.kind != "hf") or None
-    with tqdm(total=total, unit="B", unit_scale=True, desc="reading", disable=not show_progress) as bar:
+    with tqdm(total=total_size(resolved), unit="B", unit_scale=True, desc="reading", disable=not show_progress) as bar:
 
         def batches():
             # Lists of lines: the trainer pre-tokenizes each batch in parallel in Rust.
             batch, seen = [], 0
-            for doc in read_documents(resolved, stats):
+            for doc in read_documents(resolved, read_options, stats):
                 batch += doc
                 if len(batch) >= 1000:
                     yield batch
                     batch = []
-                    bar.update(stats.bytes - seen)
-                    seen = stats.bytes
+                    bar.update(stats.input_bytes - seen)
+                    seen = stats.input_bytes
             yield batch
-            bar.update(stats.bytes - seen)
+            bar.update(stats.input_bytes - seen)
 
         tok.train_from_iterator(batches(), trainer=trainer)
     for i, token in enumerate(SPECIAL_TOKENS):
