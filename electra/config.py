@@ -34,7 +34,7 @@ class EncoderSize:
 
 @dataclass
 class ModelConfig:
-    """Discriminator, generator and shared embeddings (SPEC §1). Defaults: ELECTRA-Small."""
+    """Discriminator, generator and shared embeddings (ELECTRA paper, Table 6). Defaults: ELECTRA-Small."""
 
     vocab_size: int = 30522
     """Vocabulary size; must match the tokenizer."""
@@ -59,6 +59,11 @@ class ModelConfig:
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
+    """Standard deviation of the initial weights (see `init`)."""
+    init: Literal["original", "normal"] = "original"
+    """original: OFF's initialisers: weights truncated normal(0, initializer_range) cut at 2 std (OFF modeling.py
+    create_initializer), except TF's default Glorot uniform where OFF gives no initializer (`embeddings_project`,
+    the discriminator's output layer); normal: normal(0, initializer_range) everywhere (transformers). Biases 0."""
     pad_token_id: int = 0
 
     @property
@@ -75,10 +80,15 @@ class ModelConfig:
 
 @dataclass
 class ObjectiveConfig:
-    """Replaced-token detection (SPEC §2). Defaults: OFF."""
+    """Replaced-token detection (ELECTRA paper §2). Defaults: OFF (google-research/electra)."""
 
     masking: Literal["fixed", "bernoulli"] = "fixed"
     """fixed: OFF's N = int((p + 0.005) * T) slots per sequence; bernoulli: RC's i.i.d. per-token masking."""
+    position_sampling: Literal["with_replacement", "without_replacement"] = "with_replacement"
+    """How `fixed` masking draws its k positions among the candidates. with_replacement: as OFF
+    (pretrain_helpers.mask, tf.random.categorical), so repeats leave fewer distinct positions (17.7 of 19 on a full
+    128-token row); without_replacement: exactly k. Runs written before this option existed drew without
+    replacement; their saved configs lack the key and read back as with_replacement, so they resume with OFF's."""
     mask_prob: float = 0.15
     mask_token_prob: float = 0.85
     """Of the chosen positions, the fraction shown as [MASK]; the rest keep the original (no random tokens)."""
@@ -235,8 +245,13 @@ def merge(obj: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
 
 
 def coerce(value: Any, tp: Any, name: str, source: str) -> Any:
-    """Check `value` against a field type (int, float, bool, str, Literal, Optional); ints widen to float."""
+    """Check `value` against a field type (int, float, bool, str, Literal, Optional, list); ints widen to float."""
     origin = typing.get_origin(tp)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {name} must be a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [coerce(v, item, f"{name}[{i}]", source) for i, v in enumerate(value)]
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -279,6 +294,7 @@ def coerce(value: Any, tp: Any, name: str, source: str) -> Any:
 
 def validate(cfg: PretrainConfig) -> None:
     m, o, d, t = cfg.model, cfg.objective, cfg.data, cfg.train
+    with_replacement = o.masking == "fixed" and o.position_sampling == "with_replacement"
     checks = [
         (m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads"),
         (m.generator.hidden_size % m.generator.num_heads == 0, "generator hidden size must divide by its heads"),
@@ -289,6 +305,11 @@ def validate(cfg: PretrainConfig) -> None:
         (0 < m.generator_fraction <= 1.5, "model.generator_fraction must be in (0, 1.5]"),
         (t.batch_size > 0 and t.max_steps > 0, "train.batch_size and train.max_steps must be positive"),
         (t.micro_batch_size is None or t.micro_batch_size > 0, "train.micro_batch_size must be positive"),
+        # a repeated draw's slot moves to a free position (masking.py): N of them must remain besides the k drawn
+        (
+            not with_replacement or 2 * cfg.num_mask_slots <= d.seq_len,
+            "objective.mask_prob above ~0.49 needs objective.position_sampling=without_replacement",
+        ),
     ]
     for ok, message in checks:
         if not ok:

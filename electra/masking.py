@@ -1,4 +1,5 @@
-"""Choosing the positions to corrupt and sampling the generator's replacements (SPEC §2).
+"""Choosing the positions to corrupt and sampling the generator's replacements (ELECTRA paper §2; OFF
+pretrain/pretrain_helpers.py `mask` and `sample_from_softmax`).
 
 All randomness here is keyed by (seed, example id, position) through a counter-based hash rather than drawn from a
 stateful generator. The same example is therefore masked and sampled identically whichever rank, micro-batch or
@@ -85,24 +86,27 @@ def mask_tokens(
 ) -> MaskedBatch:
     """Choose positions among non-special, non-pad tokens and hide 85% of them behind [MASK].
 
-    fixed (OFF pretrain_helpers.mask): k = max(1, min(N, round(p * non-pad tokens))) positions per sequence,
-    drawn uniformly without replacement. bernoulli (RC): every candidate independently with probability p, at
-    most N kept (N is the mean plus five standard deviations; see config.num_mask_slots).
+    fixed (OFF pretrain_helpers.mask): k = max(1, min(N, round(p * non-pad tokens))) slots per sequence, each
+    drawn uniformly over the candidates: with replacement as OFF (repeats leave fewer distinct positions), or
+    without. bernoulli (RC): every candidate independently with probability p, at most N kept (N is the mean plus
+    five standard deviations; see config.num_mask_slots).
     """
     B, T = input_ids.shape
     keys = example_keys(seed, example_ids)
     candidates = attention_mask.bool() & ~torch.isin(input_ids, special_ids)
-    u = keyed_uniform(keys, T, STREAM_POSITIONS)  # (B, T)
     if objective.masking == "fixed":
-        priority = torch.where(candidates, u, -1.0)
-        n_tokens = attention_mask.sum(1).float()
-        k = torch.round(n_tokens * objective.mask_prob).clamp(1, num_slots)  # (B,)
+        k = torch.round(attention_mask.sum(1).float() * objective.mask_prob).clamp(1, num_slots)  # (B,)
+        if objective.position_sampling == "with_replacement":
+            u = keyed_uniform(keys, num_slots, STREAM_POSITIONS)  # (B, N): one draw per slot
+            positions, real = _draw_with_replacement(candidates, k, u)
+        else:
+            u = keyed_uniform(keys, T, STREAM_POSITIONS)  # (B, T): a random priority per position
+            positions, real = _draw_without_replacement(torch.where(candidates, u, -1.0), k, num_slots)
     else:
+        u = keyed_uniform(keys, T, STREAM_POSITIONS)
         priority = torch.where(candidates & (u < objective.mask_prob), u, -1.0)
-        k = torch.full((B,), float(num_slots), device=input_ids.device)
-    top, positions = priority.topk(num_slots, dim=1)  # (B, N), positions distinct per row
-    slot = torch.arange(num_slots, device=input_ids.device)
-    real = (slot[None, :] < k[:, None]) & (top >= 0)
+        all_slots = torch.full((B,), float(num_slots), device=input_ids.device)
+        positions, real = _draw_without_replacement(priority, all_slots, num_slots)
     targets = input_ids.gather(1, positions)
     keep_coin = keyed_uniform(keys, num_slots, STREAM_KEEP)
     is_masked = real & (keep_coin < objective.mask_token_prob)
@@ -116,6 +120,35 @@ def mask_tokens(
         keys=keys,
         disc_mask=attention_mask.bool() if objective.disc_on_special else candidates,
     )
+
+
+def _draw_without_replacement(priority: Tensor, k: Tensor, num_slots: int) -> tuple[Tensor, Tensor]:
+    """The N highest-priority positions, distinct; the first k of them are real where their priority is >= 0."""
+    top, positions = priority.topk(num_slots, dim=1)  # (B, N)
+    slot = torch.arange(num_slots, device=priority.device)
+    return positions, (slot[None, :] < k[:, None]) & (top >= 0)
+
+
+def _draw_with_replacement(candidates: Tensor, k: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+    """OFF's draw: each of the N slots picks one candidate uniformly and independently, the first k count.
+
+    A repeated draw becomes an unused slot, so each distinct position counts once (OFF counts it once per draw in
+    the MLM loss and shows it as [MASK] if any of its draws says so). Every unused slot is then moved to a distinct
+    position that no real slot uses, keeping positions distinct within a row: a scatter with repeated indices
+    would leave it to chance which write wins.
+    """
+    B, N = u.shape
+    slot = torch.arange(N, device=u.device)
+    n_candidates = candidates.sum(1, keepdim=True)  # (B, 1)
+    rank = (u * n_candidates).long().clamp(max=(n_candidates - 1).clamp(min=0))  # (B, N): which candidate
+    drawn = torch.searchsorted(candidates.long().cumsum(1), rank + 1)  # (B, N): its position
+    drawn = drawn.clamp(max=candidates.shape[1] - 1)  # a row without candidates has no real slot anyway
+    earlier = slot[None, :] < slot[:, None]  # (N, N): [i, j] is j < i
+    repeat = ((drawn[:, :, None] == drawn[:, None, :]) & earlier).any(-1)  # (B, N): drawn by an earlier slot
+    real = (slot[None, :] < k[:, None]) & (n_candidates > 0) & ~repeat
+    taken = torch.zeros(candidates.shape, dtype=torch.long, device=u.device).scatter_add_(1, drawn, real.long())
+    free = torch.searchsorted((taken == 0).long().cumsum(1), slot.expand(B, N) + 1)  # (B, N): j-th free position
+    return torch.where(real, drawn, free), real
 
 
 @torch.no_grad()

@@ -243,14 +243,28 @@ class ElectraForPretraining(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.cfg.initializer_range  # normal(0, 0.02) weights, zero biases (BERT / OFF)
+        """Zero biases, unit LayerNorms, and weights by `cfg.init`: "normal" is normal(0, std) (transformers);
+        "original" is OFF's: truncated normal(0, std) cut at 2 std (modeling.py create_initializer, i.e.
+        tf.truncated_normal_initializer), except the two dense layers OFF builds with no initializer, which get
+        TF's default Glorot uniform: `embeddings_project` (modeling.py BertModel) and the discriminator's output
+        layer (run_pretraining.py _get_discriminator_output). `apply` visits children before their parent, so
+        the parents below overwrite what their Linear children got."""
+        std = self.cfg.initializer_range
+        original = self.cfg.init == "original"
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if original:
+                nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+            else:
+                nn.init.normal_(module.weight, mean=0.0, std=std)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
         if isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        if original and isinstance(module, Transformer) and isinstance(module.embeddings_project, nn.Linear):
+            nn.init.xavier_uniform_(module.embeddings_project.weight)
+        if original and isinstance(module, DiscriminatorPredictions):
+            nn.init.xavier_uniform_(module.dense_prediction.weight)
 
     # -- full-sequence views, for comparisons with transformers and for inspection ------------------------------
 

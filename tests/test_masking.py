@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from torch import Tensor
 
 from electra.config import ObjectiveConfig, num_mask_slots
 from electra.masking import keyed_uniform, mask_tokens, sample_replacements
@@ -31,12 +32,17 @@ def run_mask(ids, attention, objective=None, seed=0, T=128):
     return mask_tokens(ids, attention, torch.arange(ids.shape[0]), seed, objective, n, MASK, SPECIAL), n
 
 
-def test_fixed_masking_counts_and_candidates():
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
+def test_fixed_masking_counts_and_candidates(sampling):
     ids, attention, lengths = batch()
-    m, n = run_mask(ids, attention)
+    m, n = run_mask(ids, attention, ObjectiveConfig(position_sampling=sampling))
     assert n == 19 and m.positions.shape == (512, 19)
-    expected_k = torch.round(lengths.float() * 0.15).clamp(1, 19)
-    assert torch.equal(m.weights.sum(1), expected_k)  # k = max(1, min(N, round(0.15 * non-pad)))
+    expected_k = torch.round(lengths.float() * 0.15).clamp(1, 19)  # k = max(1, min(N, round(0.15 * non-pad)))
+    if sampling == "without_replacement":
+        assert torch.equal(m.weights.sum(1), expected_k)
+    else:  # k draws, of which repeats do not count again
+        assert (m.weights.sum(1) <= expected_k).all() and (m.weights.sum(1) < expected_k).any()
+        assert (m.weights[:, 0] == 1).all()  # the first draw is never a repeat
     chosen = m.positions[m.weights.bool()]
     rows = torch.arange(512)[:, None].expand(-1, 19)[m.weights.bool()]
     original = ids[rows, chosen]
@@ -47,6 +53,51 @@ def test_fixed_masking_counts_and_candidates():
     # unused slots leave their position untouched
     unused = ~m.weights.bool()
     assert torch.equal(m.input_ids.gather(1, m.positions)[unused], m.targets[unused])
+
+
+def expected_distinct(n: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and variance of the number of distinct values among k uniform draws from n (occupancy problem)."""
+    miss1, miss2 = (1 - 1 / n) ** k, (1 - 2 / n) ** k
+    return n * (1 - miss1), n * (n - 1) * miss2 + n * miss1 - n**2 * miss1**2
+
+
+def full_rows(B: int, T: int = 128, vocab: int = 1000):
+    """Rows without padding: [CLS] ... [SEP] ... [SEP], so T - 3 candidates each."""
+    ids = torch.randint(5, vocab, (B, T), generator=torch.Generator().manual_seed(1))
+    ids[:, 0], ids[:, T // 3], ids[:, -1] = CLS, SEP, SEP
+    return ids, torch.ones(B, T, dtype=torch.long)
+
+
+def test_positions_are_drawn_with_replacement_as_off():
+    """OFF pretrain_helpers.mask draws N positions with tf.random.categorical and keeps the first k: on a full
+    128-token row (k = N = 19 draws over 125 candidates) that leaves 17.7 distinct positions on average, not 19."""
+    ids, attention = full_rows(8192)
+    m, _ = run_mask(ids, attention)
+    distinct = m.weights.sum(1)
+    mean, var = expected_distinct(torch.tensor(125.0, dtype=torch.float64), 19)
+    assert abs(mean - 17.69) < 0.01
+    assert abs(distinct.mean().item() - mean) < 4 * math.sqrt(var / len(distinct))
+    # rows of every length: the sum of distinct positions against the occupancy expectation row by row
+    ids, attention, lengths = batch(B=4096)
+    m, _ = run_mask(ids, attention)
+    n = (attention.bool() & ~torch.isin(ids, SPECIAL)).sum(1).double()
+    mean, var = expected_distinct(n, torch.round(lengths.double() * 0.15).clamp(1, 19))
+    assert abs(m.weights.sum().item() - mean.sum().item()) < 4 * math.sqrt(var.sum().item())
+    # the old draw, kept under its name, gives exactly k
+    m, _ = run_mask(*full_rows(64), ObjectiveConfig(position_sampling="without_replacement"))
+    assert (m.weights.sum(1) == 19).all()
+
+
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
+def test_positions_are_uniform_over_candidates(sampling):
+    ids, attention = full_rows(4096)
+    m, _ = run_mask(ids, attention, ObjectiveConfig(position_sampling=sampling))
+    counts = torch.zeros(128).index_add_(0, m.positions[m.weights.bool()], torch.ones(int(m.weights.sum())))
+    assert counts[[0, 128 // 3, 127]].sum() == 0  # [CLS] and [SEP] never
+    candidates = counts[torch.ones(128, dtype=torch.bool).index_fill_(0, torch.tensor([0, 128 // 3, 127]), False)]
+    expected = candidates.sum() / 125
+    chi2 = ((candidates - expected) ** 2 / expected).sum().item()
+    assert chi2 < 168.9  # chi-square, 124 dof, p = 0.005
 
 
 def test_mask_keep_split_is_85_15():
