@@ -28,12 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from electra.config import PretrainConfig, load_config, num_mask_slots
+from electra.config import FinetuneConfig, PretrainConfig, load_config, num_mask_slots
 from electra.flops import finetune_step_flops, pretrain_step_flops
-from electra.glue.finetune import FinetuneConfig
 from electra.glue.heads import GlueModel
-from electra.glue.optim import make_optimizer as glue_optimizer
-from electra.glue.optim import param_groups as glue_param_groups
+from electra.glue.optim import build_optimizer as glue_optimizer
 from electra.masking import mask_tokens
 from electra.memory import keep_freed_memory_in_heap
 from electra.model import ElectraModel, build_model
@@ -332,10 +330,8 @@ def bench_finetune(s: BenchSettings, num_labels: int = 2, head: str = "cls-linea
     torch.manual_seed(cfg.train.seed)
     model = GlueModel(ElectraModel(cfg.model), cfg.model, head, num_labels).to(device)
     forward = torch.compile(model, dynamic=False, mode=s.compile_mode) if s.compile else model
-    finetune_cfg = FinetuneConfig()  # `electra glue`'s optimizer: AdamW with layer-wise lr decay, fused
-    opt = glue_optimizer(glue_param_groups(model, finetune_cfg.lr, finetune_cfg.layer_decay, cfg.model.num_layers,
-                                           finetune_cfg.depth_convention, finetune_cfg.weight_decay,
-                                           finetune_cfg.decay_norm_and_bias))  # fmt: skip
+    finetune_cfg = FinetuneConfig()  # `electra glue`'s default optimizer: OFF's Adam, layer-wise lr decay, fused
+    opt = glue_optimizer(model, finetune_cfg, cfg.model.num_layers)
     batch = synthetic_batch(cfg.model.vocab_size, B, T, device)
     labels = torch.randint(num_labels, (B,), device=device)
     eval_batch = synthetic_batch(cfg.model.vocab_size, eval_B, T, device, seed=1)

@@ -153,16 +153,104 @@ def _run_pretrain(args: argparse.Namespace) -> int:
 # -- glue -----------------------------------------------------------------------------------------------------
 
 
-def _add_glue(p: argparse.ArgumentParser) -> None:
-    from electra.glue.sweep import add_arguments
+# flag -> fine-tuning config key: the flags are shortcuts for --set finetune.KEY=VALUE (bools: --X / --no-X)
+GLUE_FLAGS = {
+    "head": "head", "head_init": "head_init", "optimizer": "optimizer", "lr": "lr", "schedule": "schedule",
+    "warmup_fraction": "warmup_fraction", "layer_decay": "layer_decay", "depth_convention": "depth_convention",
+    "weight_decay": "weight_decay", "decay_norm_and_bias": "decay_norm_and_bias", "batch_size": "batch_size",
+    "epochs": "epochs", "grad_clip": "grad_clip", "loss_reduction": "loss_reduction", "max_length": "max_length",
+    "scale_targets": "scale_targets", "swap_pairs": "swap_pairs", "precision": "precision", "max_steps": "max_steps",
+    "eval_every_epoch": "eval_every_epoch", "eval_batch_size": "eval_batch_size", "predict_test": "predict_test",
+    "save_models": "save_model",
+}  # fmt: skip
 
-    add_arguments(p)
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string under each field), for --help."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    except (OSError, TypeError):  # no source (e.g. a frozen install): plain help
+        return {}
+    docs = {}
+    for field, doc in zip(body, body[1:], strict=False):
+        if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+            docs[field.target.id] = " ".join(str(doc.value.value).split())
+    return docs
+
+
+def _add_glue(p: argparse.ArgumentParser) -> None:
+    import typing
+
+    from electra.config import FinetuneConfig, recipe_names
+    from electra.glue.tasks import GLUE_TASKS
+
+    p.add_argument("--model", help="a pretraining run folder, a checkpoint, our HF export, or a transformers ELECTRA "
+                   "folder (required unless --report-only)")  # fmt: skip
+    tasks = f"all, or a comma list of {','.join(GLUE_TASKS)} and task folders holding a task.json"
+    p.add_argument("--tasks", default="all", help=tasks)
+    glue_dir = "GLUE data in the original TSV layout (CoLA/, SST-2/, ...); default: nyu-mll/glue from the hub"
+    p.add_argument("--glue-dir", default=None, help=glue_dir)
+    p.add_argument("--seeds", default="5", help="N for seeds 0..N-1, or a comma list of seeds (default 5)")
+    p.add_argument("--out", required=True, help="output folder; rerunning with the same folder resumes")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder, if none comes with the model")
+    g = p.add_argument_group("fine-tuning recipe (docs/glue.md); the flags below are shortcuts for --set keys")
+    g.add_argument("--recipe", default="off", help=f"{', '.join(recipe_names())} or a YAML file (default: off, "
+                   "OFF's recipe with the paper's lr for Small)")  # fmt: skip
+    overrides = "any fine-tuning value, e.g. --set finetune.lr=1e-4 (repeatable; applied after the flags)"
+    g.add_argument("--set", action="append", default=[], metavar="finetune.KEY=VALUE", help=overrides)
+    hints, docs = typing.get_type_hints(FinetuneConfig), _field_docs(FinetuneConfig)
+    for dest, key in GLUE_FLAGS.items():
+        tp = hints[key]
+        kind = next((t for t in typing.get_args(tp) if t is not type(None)), tp)  # int | None -> int
+        extra: dict = {"help": f"{docs.get(key, '')} (finetune.{key})".lstrip()}
+        if tp is bool:
+            extra["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(tp) is typing.Literal:
+            extra["choices"] = typing.get_args(tp)
+        else:
+            extra["type"] = kind
+        g.add_argument(f"--{dest.replace('_', '-')}", dest=dest, default=None, **extra)
+    g.add_argument("--no-stsb-scale", dest="scale_targets", action="store_false", default=None,
+                   help="same as --no-scale-targets")  # fmt: skip
+    x = p.add_argument_group("execution")
+    x.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    devices = "comma list, one worker process per entry (repeat a device for two workers on it)"
+    x.add_argument("--devices", default=None, help=devices)
+    x.add_argument("--num-workers", type=int, default=1, help="worker processes sharing the runs")
+    x.add_argument("--stop-after", type=int, default=None, help="stop after this many runs (resume later)")
+    x.add_argument("--no-progress", action="store_true", help="no progress bars")
+    x.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs")
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()] if "," in text else list(range(int(text)))
+    except ValueError:
+        raise ValueError(f"--seeds {text!r}: expected a count or a comma list of integers") from None
 
 
 def _run_glue(args: argparse.Namespace) -> int:
-    from electra.glue.sweep import run
+    from electra.config import load_finetune_config
+    from electra.glue.sweep import SweepSpec, run_sweep, write_report_only
 
-    return run(args)
+    if args.report_only:
+        return 0 if write_report_only(args.out).ok else 1
+    if not args.model:
+        raise ValueError("--model is required (a run folder, a checkpoint or an HF folder)")
+    flags = [f"finetune.{key}={json.dumps(getattr(args, dest))}" for dest, key in GLUE_FLAGS.items()
+             if getattr(args, dest) is not None]  # fmt: skip
+    spec = SweepSpec(
+        out=args.out, model=args.model, tasks=args.tasks.split(","), glue_dir=args.glue_dir,
+        seeds=_parse_seeds(args.seeds), tokenizer=args.tokenizer, recipe=args.recipe,
+        finetune=load_finetune_config(args.recipe, flags + args.set), device=args.device,
+        devices=args.devices.split(",") if args.devices else [], num_workers=args.num_workers,
+        stop_after=args.stop_after, progress=not args.no_progress,
+    )  # fmt: skip
+    return 0 if run_sweep(spec).ok else 1
 
 
 # -- report -----------------------------------------------------------------------------------------------------

@@ -324,3 +324,126 @@ def from_dict(raw: dict[str, Any], source: str = "saved config") -> PretrainConf
     cfg = merge(PretrainConfig(), raw, source)
     validate(cfg)
     return cfg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GLUE fine-tuning (`electra glue`). Recipes in `electra/configs/finetune/*.yaml` hold only differences from these
+# defaults, which are OFF's recipe for ELECTRA-Small (google-research/electra configure_finetuning.py,
+# run_finetuning.py, model/optimization.py, finetune/classification/classification_tasks.py).
+
+RECIPE_DIR = PRESET_DIR / "finetune"
+
+HeadName = Literal["cls-linear", "mean-mlp", "hf"]
+DepthConvention = Literal["paper", "original", "study"]
+
+
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning run of one task and seed. Defaults: OFF's recipe, with the paper's learning rate for Small."""
+
+    head: HeadName = "cls-linear"
+    """cls-linear: [CLS] -> dropout -> Linear (OFF: get_pooled_output() is the [CLS] state, modeling.py);
+    mean-mlp: the study's mean-pooled MLP; hf: transformers' ElectraClassificationHead (exports to
+    ElectraForSequenceClassification)."""
+    head_init: Literal["glorot_uniform", "normal"] = "glorot_uniform"
+    """Initial weights of the head's Linear layers. glorot_uniform: TF's default, which OFF's tf.layers.dense
+    gets (classification_tasks.py passes no initializer); normal: normal(0, initializer_range), as transformers.
+    Biases 0."""
+    optimizer: Literal["adam", "adamw"] = "adam"
+    """adam: Adam without bias correction, decoupled weight decay (OFF optimization.py AdamWeightDecayOptimizer,
+    the pretraining optimizer); adamw: PyTorch AdamW, with bias correction. Both: betas (0.9, 0.999), eps 1e-6."""
+    lr: float = 3e-4
+    """Peak learning rate of the head. 3e-4: the paper's Table 7 for Small; OFF configure_finetuning.py's code
+    default is 1e-4 (overridden there for Large only)."""
+    schedule: Literal["original", "study"] = "original"
+    """original: linear decay from step 0 to 0 at the last step, times a linear warmup (OFF optimization.py
+    create_optimizer); study: linear warmup, then linear decay to 0 (transformers' get_linear_schedule_with_warmup)."""
+    warmup_fraction: float = 0.1
+    """Warmup length as a fraction of the run's steps (OFF warmup_proportion; not rounded, as OFF)."""
+    layer_decay: float = 0.8
+    """Layer-wise lr decay d: a parameter k layers below the head gets lr * d**k (OFF layerwise_lr_decay; 1: off)."""
+    depth_convention: DepthConvention = "original"
+    """How k is counted. original: OFF's code (optimization.py _get_layer_lrs: top layer lr*d**2, one step lower
+    than the paper's intent, google-research/electra#51); paper: top layer lr*d; study: top layer lr, embeddings
+    share layer 0's rate."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (OFF weight_decay_rate)."""
+    decay_norm_and_bias: bool = False
+    """Also decay LayerNorm parameters and biases (OFF excludes them: exclude_from_weight_decay)."""
+    batch_size: int = 32
+    """Training examples per optimizer step (OFF train_batch_size)."""
+    epochs: int | None = None
+    """None: the task's own (3; 10 for RTE and STS-B, OFF configure_finetuning.py)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm (OFF optimization.py clip_by_global_norm)."""
+    loss_reduction: Literal["sum", "mean"] = "sum"
+    """sum: the batch's per-example losses are summed, as OFF (run_finetuning.py FinetuningModel reduce_sum), so
+    clipping at 1.0 acts on a 32x larger gradient; mean: averaged, as PyTorch code usually does."""
+    max_length: int = 128
+    """Tokens per input, [CLS] A [SEP] B [SEP] with longest-first truncation (OFF max_seq_length)."""
+    scale_targets: bool = True
+    """Divide regression targets by the task's target_scale (STS-B: 5, OFF RegressionTask); predictions are scaled
+    back."""
+    swap_pairs: bool = True
+    """Unordered-pair tasks (MRPC, STS-B): also train on every pair with its sentences swapped (OFF
+    double_unordered, google-research/electra#98)."""
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
+    """fp32 (OFF); bf16 autocast; auto: bf16 autocast on CUDA, fp32 on CPU."""
+    max_steps: int | None = None
+    """Cap on optimizer steps per run (smoke runs); the schedule is fit to the capped length."""
+    eval_every_epoch: bool = False
+    """Also evaluate on dev after every epoch (recorded in each run's history)."""
+    eval_batch_size: int = 128
+    """Examples per evaluation forward pass (speed only)."""
+    predict_test: bool = False
+    """Write test predictions and the GLUE submission zip."""
+    save_model: bool = False
+    """Keep each fine-tuned model (the hf head: as a transformers ElectraForSequenceClassification folder)."""
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+
+
+def load_finetune_config(recipe: str | Path | None = None, overrides: list[str] | None = None) -> FinetuneConfig:
+    """Defaults (OFF), then a recipe name or YAML file, then `finetune.key=value` overrides; validated."""
+    cfg = FinetuneConfig()
+    if recipe is not None:
+        path = Path(recipe)
+        if not path.suffix and (RECIPE_DIR / f"{path}.yaml").exists():
+            path = RECIPE_DIR / f"{path}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown recipe {str(recipe)!r}: not a file, and recipes are {recipe_names()}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        cfg = merge(cfg, raw, source=str(path), prefix="finetune.")
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("finetune."):
+            raise ConfigError(f"override {item!r}: expected finetune.KEY=VALUE")
+        name = key.strip().removeprefix("finetune.")
+        parsed = yaml.safe_load(value) if value.strip() else None
+        cfg = merge(cfg, {name: parsed}, source=f"override {item!r}", prefix="finetune.")
+    validate_finetune(cfg)
+    return cfg
+
+
+def validate_finetune(cfg: FinetuneConfig) -> None:
+    """Refuse values no run can use, naming the key, before any work starts."""
+    checks = [
+        (cfg.lr > 0, f"finetune.lr must be > 0, got {cfg.lr}"),
+        (0 <= cfg.warmup_fraction < 1, f"finetune.warmup_fraction must be in [0, 1), got {cfg.warmup_fraction}"),
+        (0 < cfg.layer_decay <= 1, f"finetune.layer_decay must be in (0, 1], got {cfg.layer_decay}"),
+        (cfg.weight_decay >= 0, f"finetune.weight_decay must be >= 0, got {cfg.weight_decay}"),
+        (cfg.batch_size >= 1, f"finetune.batch_size must be >= 1, got {cfg.batch_size}"),
+        (cfg.eval_batch_size >= 1, f"finetune.eval_batch_size must be >= 1, got {cfg.eval_batch_size}"),
+        (cfg.epochs is None or cfg.epochs >= 1, f"finetune.epochs must be >= 1 or null, got {cfg.epochs}"),
+        (cfg.max_steps is None or cfg.max_steps >= 1, f"finetune.max_steps must be >= 1 or null, got {cfg.max_steps}"),
+        (cfg.grad_clip > 0, f"finetune.grad_clip must be > 0, got {cfg.grad_clip}"),
+        (cfg.max_length >= 5, f"finetune.max_length must be >= 5 ([CLS] A [SEP] B [SEP]), got {cfg.max_length}"),
+    ]  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)

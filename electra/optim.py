@@ -1,11 +1,15 @@
-"""Optimizers and learning-rate schedules of the two recipes (SPEC §4).
+"""Optimizers and learning-rate schedules of the two recipes, for pretraining and GLUE fine-tuning alike.
 
 OFF: Adam without bias correction, decoupled weight decay, lr = base * linear decay from step 0 * linear warmup.
 RC (the study): AdamW with bias correction, lr = linear warmup, then linear decay to 0.
-Both: epsilon 1e-6, weight decay 0.01 on everything but LayerNorm parameters and biases.
+Both: epsilon 1e-6, weight decay 0.01 on everything but LayerNorm parameters and biases. OFF uses the same
+optimizer and schedule for fine-tuning (google-research/electra model/optimization.py create_optimizer), with
+layer-wise learning rates (electra/glue/optim.py).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from torch import nn
@@ -108,10 +112,13 @@ def clip_and_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler
     return grad_norm, skipped
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """The learning rate for the update made at `step` (0-based), for either schedule."""
-    base, total, warmup = cfg.lr, cfg.max_steps, cfg.warmup_steps
-    if cfg.schedule == "original":
+def scheduled_lr(base: float, step: int, total: int, warmup: float, schedule: Literal["original", "study"]) -> float:
+    """The learning rate for the update made at `step` (0-based) of `total`, peak `base`, for either schedule.
+
+    Pretraining (`learning_rate`) and GLUE fine-tuning (per parameter group) both use it; `warmup` may be
+    fractional, as OFF's fine-tuning warmup (num_train_steps * warmup_proportion) is.
+    """
+    if schedule == "original":
         # OFF optimization.py: polynomial_decay(power=1) from step 0 to 0 at the end, times min(1, step / warmup).
         decay = max(0.0, 1.0 - step / total)
         return base * decay * (min(1.0, step / warmup) if warmup > 0 else 1.0)
@@ -119,6 +126,11 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     if step < warmup:
         return base * step / warmup
     return base * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """The pretraining learning rate for the update made at `step` (0-based)."""
+    return scheduled_lr(cfg.lr, step, cfg.max_steps, cfg.warmup_steps, cfg.schedule)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

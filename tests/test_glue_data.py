@@ -1,5 +1,6 @@
 """GLUE loading and inputs: every task's loader on format-exact fixture files, the hub conversion, bad input, the
-real files in ../shared/data/glue, and the [CLS] A [SEP] B [SEP] encoding with truncation and padding."""
+real GLUE files when present (tests/glue_fixtures.py GLUE_DATA), and the [CLS] A [SEP] B [SEP] encoding with
+truncation and padding."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from electra.glue.features import collate, encode, eval_batches, truncate_pair
 from electra.glue.loading import Example, examples_from_hub, load_task, read_tsv
-from electra.glue.tasks import GLUE_TASKS, TASKS, resolve_tasks
-from tests.test_glue_fixtures import GLUE_DATA, label_of, make_tokenizer, write_custom_task, write_glue
+from electra.glue.tasks import GLUE_TASKS, TASKS, load_custom_task, resolve_tasks
+from tests.glue_fixtures import GLUE_DATA, label_of, make_tokenizer, write_custom_task, write_glue
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +168,32 @@ def test_custom_task_folder(tmp_path, glue):
     (folder / "task.json").write_text('{\n "name": "x",\n oops}')
     with pytest.raises(ValueError, match=r"task.json:3: not valid JSON"):
         resolve_tasks(str(folder), None)
+
+
+def test_task_behaviour_is_data_and_custom_tasks_may_set_it(tmp_path):
+    """What fine-tuning does differently per task comes from Task fields, never from names: OFF trains MRPC and
+    STS-B on both pair orders, STS-B on scores / 5 with test predictions clipped to [0, 5], and MNLI's model
+    predicts AX. A task.json may set the same fields."""
+    assert {n for n, t in TASKS.items() if t.unordered} == {"mrpc", "stsb"}
+    assert {n: t.target_scale for n, t in TASKS.items() if t.target_scale != 1} == {"stsb": 5.0}
+    assert {n: t.prediction_range for n, t in TASKS.items() if t.prediction_range} == {"stsb": (0.0, 5.0)}
+    assert {n: t.also_predict for n, t in TASKS.items() if t.also_predict} == {"mnli": ("ax",)}
+    folder = tmp_path / "similar"
+    folder.mkdir()
+    spec = {"name": "similar", "text_a": "a", "text_b": "b", "label": "score", "labels": None,
+            "metrics": ["pearson"], "main_metric": "pearson", "epochs": 1,
+            "unordered": True, "target_scale": 4, "prediction_range": [0, 4]}  # fmt: skip
+    (folder / "task.json").write_text(json.dumps(spec))
+    task = load_custom_task(folder)
+    assert (task.unordered, task.target_scale, task.prediction_range) == (True, 4.0, (0.0, 4.0))
+    bad = [({"unordered": "yes"}, "unordered must be true or false"), ({"text_b": None}, "unordered needs a pair task"),
+           ({"labels": ["0", "1"], "metrics": ["accuracy"], "main_metric": "accuracy"}, "for regression tasks"),
+           ({"target_scale": 0}, "target_scale must be a positive number"),
+           ({"prediction_range": [4, 0]}, "prediction_range must be \\[low, high\\]")]  # fmt: skip
+    for change, message in bad:
+        (folder / "task.json").write_text(json.dumps({**spec, **change}))
+        with pytest.raises(ValueError, match=f"task.json:1: .*{message}"):
+            load_custom_task(folder)
 
 
 @pytest.mark.skipif(not GLUE_DATA.is_dir(), reason="shared GLUE data not present")

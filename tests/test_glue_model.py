@@ -1,4 +1,5 @@
-"""Heads, export to transformers, layer-wise lr decay and the schedule, and that the loop learns a learnable task."""
+"""Heads and their initialisation, export to transformers, layer-wise lr decay and the schedule, and that the loop
+learns a learnable task."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from electra.config import FinetuneConfig
 from electra.glue.features import collate, encode
-from electra.glue.finetune import FinetuneConfig, finetune, load_pretrained, predict, prepare
-from electra.glue.heads import HEADS, GlueModel, export_hf
+from electra.glue.finetune import finetune, load_pretrained, predict, prepare
+from electra.glue.heads import HEADS, GlueModel, build_model, export_hf
 from electra.glue.loading import Example, load_task
-from electra.glue.optim import depth_exponent, lr_factor, param_groups
+from electra.glue.optim import depth_exponent, param_groups, set_learning_rates
 from electra.glue.tasks import TASKS, resolve_tasks
 from electra.model import ElectraModel
-from tests.test_glue_fixtures import make_run, make_tokenizer, tiny_model_config, write_custom_task
+from tests.glue_fixtures import make_run, make_tokenizer, tiny_model_config, write_custom_task
 
 
 def _model(head: str, num_outputs: int = 2, **sizes) -> GlueModel:
@@ -72,7 +74,7 @@ def test_hf_head_exports_to_electra_for_sequence_classification(tmp_path, task):
 
 
 def _expected_exponent(name: str, L: int, convention: str) -> int:
-    """SPEC §5, written out per convention (d^k; the head has k = 0)."""
+    """The three conventions written out (d^k; the head has k = 0)."""
     if name.startswith("classifier."):
         return 0
     emb = name.startswith(("electra.embeddings.", "electra.embeddings_project."))
@@ -103,7 +105,7 @@ def test_layerwise_lr_of_every_parameter_group(convention):
 
 
 def test_depth_conventions_for_electra_small():
-    """The numbers SPEC §5 states for L = 12, d = 0.8."""
+    """L = 12, d = 0.8: the paper's intent, OFF's code (google-research/electra#51), the study."""
     rates = {}
     for c in ("paper", "original", "study"):
         rates[c] = {part: 0.8 ** depth_exponent(name, 12, c) for part, name in [
@@ -117,12 +119,37 @@ def test_depth_conventions_for_electra_small():
     assert rates["study"] == pytest.approx({"head": 1, "top": 1, "layer0": 0.8**11, "emb": 0.8**11, "proj": 0.8**11})
 
 
-def test_warmup_then_linear_decay():
-    total, warmup = 100, 10
-    f = [lr_factor(s, total, warmup) for s in range(total)]
-    assert f[0] == pytest.approx(0.1) and f[9] == 1.0 and f[10] == 1.0
-    assert f[55] == pytest.approx(0.5) and f[99] == pytest.approx(1 / 90)
-    assert all(a >= b for a, b in zip(f[10:], f[11:], strict=False))
+@pytest.mark.parametrize("schedule", ["original", "study"])
+def test_every_group_follows_the_schedule_from_its_own_peak(schedule):
+    """original (OFF): decay from step 0 times the warmup ramp; study: warmup, then decay. Fractional warmup (OFF
+    does not round num_train_steps * warmup_proportion)."""
+    model = _model("cls-linear")
+    optimizer = torch.optim.AdamW(param_groups(model, 1e-3, 0.8, 2, "original"))
+    total, warmup = 100, 12.5
+    expected = {
+        "original": {0: 0.0, 5: 0.95 * 5 / 12.5, 12: 0.88 * 12 / 12.5, 13: 0.87, 55: 0.45, 99: 0.01},
+        "study": {0: 0.0, 5: 5 / 12.5, 12: 12 / 12.5, 13: 87 / 87.5, 55: 45 / 87.5, 99: 1 / 87.5},
+    }[schedule]
+    for step, factor in expected.items():
+        set_learning_rates(optimizer, step, total, warmup, schedule)
+        for group in optimizer.param_groups:
+            assert group["lr"] == pytest.approx(1e-3 * 0.8 ** group["depth"] * factor, rel=1e-12, abs=1e-18)
+
+
+def test_head_initialisation():
+    """glorot_uniform (OFF: tf.layers.dense without an initializer gets TF's Glorot uniform): U(-a, a) with
+    a = sqrt(6 / (fan_in + fan_out)); normal: normal(0, initializer_range). Biases 0."""
+    cfg = tiny_model_config(hidden=256, layers=1)
+    weights = {}
+    for init in ("glorot_uniform", "normal"):
+        torch.manual_seed(0)
+        weights[init] = GlueModel(ElectraModel(cfg), cfg, "hf", 3, init).classifier
+        assert all(float(lin.bias.detach().abs().max()) == 0 for lin in (weights[init].dense, weights[init].out_proj))
+    for name, (fan_in, fan_out) in {"dense": (256, 256), "out_proj": (256, 3)}.items():
+        a = (6 / (fan_in + fan_out)) ** 0.5
+        w = getattr(weights["glorot_uniform"], name).weight.detach()
+        assert float(w.abs().max()) <= a and float(w.std()) == pytest.approx(a / 3**0.5, rel=0.1)
+        assert float(getattr(weights["normal"], name).weight.detach().std()) == pytest.approx(0.02, rel=0.1)
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -144,10 +171,10 @@ def test_finetuning_learns_a_learnable_task(tmp_path, run):
     """The signal-word task goes from chance to high dev accuracy in a few hundred steps, seed-deterministic."""
     specs, _ = resolve_tasks(str(write_custom_task(tmp_path, n_train=256, n_dev=64)), None)
     pre = load_pretrained(str(run))
-    cfg = FinetuneConfig(lr=2e-3, layer_decay=0.8, batch_size=16, epochs=8)
+    cfg = FinetuneConfig(lr=2e-3, layer_decay=0.8, batch_size=16, epochs=8)  # OFF's recipe otherwise
     prep = prepare(load_task(specs[0]), pre.tokenizer, cfg)
     first = finetune(prep, pre, cfg, seed=0, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
-    assert first["steps"] == 8 * 16 and first["warmup_steps"] == 12
+    assert first["steps"] == 8 * 16 and first["warmup_steps"] == pytest.approx(12.8)
     assert first["metrics"]["accuracy"] >= 90 and first["metrics"]["mcc"] >= 80, first["metrics"]
     assert not first["chance"]["at_chance"] and first["loss_end"] < 0.5 * first["loss_start"]
     short = FinetuneConfig(lr=2e-3, batch_size=16, epochs=8, max_steps=5)
@@ -211,21 +238,31 @@ def test_starting_points_give_the_same_model_and_the_same_run(tmp_path, run):
     assert all(r["metrics"] == results[0]["metrics"] and r["loss_end"] == results[0]["loss_end"] for r in results)
 
 
-def test_stsb_target_scaling_and_swapped_pairs(tmp_path, run):
-    from tests.test_glue_fixtures import write_glue
+def test_stsb_target_scaling_and_swapped_pairs(tmp_path, run, monkeypatch):
+    from electra.glue import finetune as finetune_module
+    from tests.glue_fixtures import write_glue
 
+    def zero_head(*args, **kwargs):  # outputs exactly 0: the first loss is the mean squared (scaled) target
+        model = build_model(*args, **kwargs)
+        for p in model.classifier.parameters():
+            torch.nn.init.zeros_(p)
+        return model
+
+    monkeypatch.setattr(finetune_module, "build_model", zero_head)
     glue = write_glue(tmp_path / "glue")
     pre = load_pretrained(str(run))
     specs, _ = resolve_tasks("stsb,mrpc", glue)
     stsb, mrpc = (load_task(s) for s in specs)
     losses = {}
     for scale in (True, False):  # the first loss is measured before any update: same outputs, other targets
-        cfg = FinetuneConfig(max_steps=1, stsb_scale=scale)
+        cfg = FinetuneConfig(max_steps=1, scale_targets=scale)
         r = finetune(prepare(stsb, pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path, False)
         losses[scale] = r["loss_start"]
-    assert 15 < losses[False] / losses[True] < 35  # ~ 5**2: OFF trains on score / 5
-    swapped = prepare(mrpc, pre.tokenizer, FinetuneConfig(swap_pairs=True))
+    assert losses[False] / losses[True] == pytest.approx(5**2, rel=1e-5)  # OFF trains on score / 5
+    swapped = prepare(mrpc, pre.tokenizer, FinetuneConfig())  # on by default (OFF double_unordered)
     assert len(swapped.train) == 2 * mrpc.n_train == 64
     pair = encode([Example(mrpc.train[0].text_b, mrpc.train[0].text_a, 0, "0")], pre.tokenizer, 128)
     assert swapped.train.input_ids[32].tolist() == pair.input_ids[0].tolist()  # B and A exchanged
-    assert len(prepare(stsb, pre.tokenizer, FinetuneConfig()).train) == 32  # off by default
+    assert len(prepare(stsb, pre.tokenizer, FinetuneConfig(swap_pairs=False)).train) == 32
+    rte = load_task(resolve_tasks("rte", glue)[0][0])
+    assert len(prepare(rte, pre.tokenizer, FinetuneConfig()).train) == 32  # ordered pairs are never swapped

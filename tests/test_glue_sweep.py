@@ -1,8 +1,11 @@
-"""`electra glue` end to end on CPU: the files a sweep writes, resume after a stop and after a kill, several
-worker processes sharing one --out, bad input, the GLUE submission, and a short run on the real files."""
+"""The GLUE sweep end to end on CPU: the files `run_sweep` writes, resume after a stop and after a kill, several
+worker processes sharing one output folder, bad input, the GLUE submission, and a short run on the real files.
+Most tests call the library function; a few go through `electra glue` to cover the CLI adapter: its flags, worker
+processes, and the one-line error messages."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from electra.cli import main
-from tests.test_glue_fixtures import GLUE_DATA, make_run, write_custom_task, write_glue
+from electra.config import ConfigError, FinetuneConfig, load_finetune_config
+from electra.glue.sweep import SweepSpec, run_sweep, spec_from_dict, write_report_only
+from tests.glue_fixtures import GLUE_DATA, make_run, write_custom_task, write_glue
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # two shared cores: no thread fights
@@ -32,6 +37,12 @@ def glue_args(world, out, tasks, *extra):
             "--out", str(out), "--no-progress", *extra]  # fmt: skip
 
 
+def sweep(world, out, tasks: str, seeds: int, **finetune) -> SweepSpec:
+    """The library call equivalent to glue_args(world, out, tasks, "--seeds", seeds, ...)."""
+    return SweepSpec(out=str(out), model=str(world["run"]), tasks=tasks.split(","), glue_dir=str(world["glue"]),
+                     seeds=list(range(seeds)), finetune=FinetuneConfig(**finetune), progress=False)  # fmt: skip
+
+
 def results(out: Path) -> dict:
     return json.loads((out / "results.json").read_text())
 
@@ -39,12 +50,14 @@ def results(out: Path) -> dict:
 def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     out = tmp_path / "out"
     tasks = f"rte,mrpc,stsb,mnli,cola,{world['custom']}"
-    assert main(glue_args(world, out, tasks, "--seeds", "2", "--max-steps", "2", "--predict-test")) == 0
+    result = run_sweep(sweep(world, out, tasks, 2, max_steps=2, predict_test=True))
     r = results(out)
+    assert result.ok and result.results == r
     assert set(r) == {"tasks", "scores", "missing"}
     assert list(r["tasks"]) == ["cola", "mrpc", "stsb", "mnli", "rte", "syn-agree"]
     expected_metrics = {"cola": ["mcc"], "mrpc": ["f1", "accuracy"], "stsb": ["pearson", "spearman"],
-                        "mnli": ["accuracy_m", "accuracy_mm"], "rte": ["accuracy"], "syn-agree": ["accuracy", "mcc"]}
+                        "mnli": ["accuracy_m", "accuracy_mm"], "rte": ["accuracy"],
+                        "syn-agree": ["accuracy", "mcc"]}  # fmt: skip
     for task, entry in r["tasks"].items():
         assert set(entry) == {"n_train", "n_eval", "metrics"}
         assert list(entry["metrics"]) == expected_metrics[task]
@@ -84,22 +97,28 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
 
 def test_stopped_sweep_resumes_with_only_the_remaining_runs(world, tmp_path, capsys):
     out = tmp_path / "out"
-    args = glue_args(world, out, "rte,wnli", "--seeds", "2", "--max-steps", "2")
-    assert main([*args, "--stop-after", "1"]) == 0
+    spec = sweep(world, out, "rte,wnli", 2, max_steps=2)
+    assert run_sweep(dataclasses.replace(spec, stop_after=1)).ok
     first = out / "runs" / "rte" / "seed0" / "result.json"
     assert [p.parent.name for p in out.glob("runs/*/*/result.json")] == ["seed0"]
     assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 1  # the report is there already
     before = (first.read_bytes(), first.stat().st_mtime_ns)
     capsys.readouterr()
-    assert main(args) == 0
+    assert run_sweep(spec).ok
     printed = capsys.readouterr().out
     assert "skipping 1 finished run(s)" in printed and printed.count("] rte seed") == 1
     assert (first.read_bytes(), first.stat().st_mtime_ns) == before  # untouched
     r = results(out)
     assert [r["tasks"][t]["metrics"]["accuracy"]["n"] for t in ("rte", "wnli")] == [2, 2]
-    # other hyperparameters into the same folder would mix configurations: refused, nothing lost
-    assert main([*args[:-1], "3"]) == 2
-    assert "holds runs with other settings" in capsys.readouterr().err and first.read_bytes() == before[0]
+    # other hyperparameters, or another recipe, into the same folder would mix configurations: refused, nothing lost
+    for other in (FinetuneConfig(max_steps=3), load_finetune_config("study", ["finetune.max_steps=2"])):
+        with pytest.raises(ValueError, match="holds runs with other settings"):
+            run_sweep(dataclasses.replace(spec, finetune=other))
+    assert first.read_bytes() == before[0]
+    assert main([*glue_args(world, out, "rte,wnli", "--seeds", "2", "--max-steps", "2"), "--recipe", "paper"]) == 2
+    err = capsys.readouterr().err
+    assert "holds runs with other settings" in err and "optimizer: 'adam' -> 'adamw'" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_killed_sweep_resumes(world, tmp_path, capsys):
@@ -122,7 +141,7 @@ def test_killed_sweep_resumes(world, tmp_path, capsys):
     assert json.loads(claim.read_text())["pid"] == proc.pid  # left behind by the killed process
     before = first.read_bytes()
     capsys.readouterr()
-    assert main(args) == 0
+    assert run_sweep(sweep(world, out, "rte", 3, batch_size=2, max_steps=40)).ok  # the CLI's spec, same fingerprint
     printed = capsys.readouterr().out
     assert "skipping 1 finished run(s)" in printed
     assert "rte seed 0:" not in printed and "rte seed 1:" in printed and "rte seed 2:" in printed
@@ -151,15 +170,55 @@ def test_worker_processes_share_one_out(world, tmp_path):
         (("--tasks", "rte,cols"), "unknown task 'cols'"),
         (("--model", "MODEL_IS_GLUE"), "no complete checkpoint found"),
         (("--seeds", "two"), "--seeds 'two'"),
+        (("--recipe", "nope"), "unknown recipe 'nope': not a file, and recipes are ['off', 'paper', 'study']"),
+        (("--set", "finetune.lrr=1"), "override 'finetune.lrr=1': unknown key 'finetune.lrr'"),
+        (("--set", "finetune.lr=fast"), "override 'finetune.lr=fast': finetune.lr must be float, got 'fast'"),
+        (("--set", "finetune.head=pooler"), "finetune.head must be one of ['cls-linear', 'mean-mlp', 'hf']"),
+        (("--set", "lr=1"), "override 'lr=1': expected finetune.KEY=VALUE"),
+        (("--max-steps", "-1"), "finetune.max_steps must be >= 1 or null, got -1"),
+        (("--lr", "0"), "finetune.lr must be > 0, got 0.0"),
+        (("--warmup-fraction", "1"), "finetune.warmup_fraction must be in [0, 1), got 1.0"),
+        (("--layer-decay", "1.2"), "finetune.layer_decay must be in (0, 1], got 1.2"),
+        (("--batch-size", "0"), "finetune.batch_size must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_problem(world, tmp_path, capsys, change, message):
+    """Refused before any work: one line on stderr, exit 2, nothing written."""
     args = glue_args(world, tmp_path / "out", "rte", "--seeds", "1", "--max-steps", "1")
     value = str(world["glue"]) if change[1] == "MODEL_IS_GLUE" else change[1]
-    args[args.index(change[0]) + 1] = value
+    if change[0] in args:
+        args[args.index(change[0]) + 1] = value
+    else:
+        args += list(change)
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_flags_are_shortcuts_for_the_recipe_keys(world, tmp_path, capsys):
+    """`electra glue` builds the SweepSpec the library gets: recipe, then flags, then --set (the last wins)."""
+    out = tmp_path / "out"
+    args = glue_args(world, out, "wnli", "--seeds", "3,1", "--max-steps", "2", "--recipe", "study", "--lr", "1e-3",
+                     "--no-swap-pairs", "--set", "finetune.lr=2e-3", "--stop-after", "1")  # fmt: skip
+    assert main(args) == 0
+    header = json.loads((out / "sweep.json").read_text())
+    expected = load_finetune_config("study", ["finetune.max_steps=2", "finetune.lr=2e-3"])
+    assert header["config"] == dataclasses.asdict(expected) and header["recipe"] == "study"
+    assert [p.parent.name for p in out.glob("runs/wnli/*/result.json")] == ["seed3"]  # seeds 3, 1; stopped after 1
+
+
+def test_worker_spec_is_rebuilt_typed_and_strictly(world, tmp_path):
+    """Worker processes get the SweepSpec as JSON and rebuild it through the strict config merge."""
+    spec = sweep(world, tmp_path / "out", "rte,wnli", 3, lr=1e-3, epochs=2)
+    raw = json.loads(json.dumps(dataclasses.asdict(spec)))
+    assert spec_from_dict(raw, "spec.json") == spec
+    for change, message in [({"finetune": {**raw["finetune"], "lr": "fast"}}, "finetune.lr must be float"),
+                            ({"finetune": {**raw["finetune"], "hed": 1}}, "unknown key 'finetune.hed'"),
+                            ({"seeds": [0, "1"]}, r"seeds\[1\] must be int"), ({"stop": 1}, "unknown key 'stop'"),
+                            ({"finetune": {**raw["finetune"], "lr": -1}}, "finetune.lr must be > 0")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            spec_from_dict({**raw, **change}, "spec.json")
 
 
 def test_malformed_row_fails_before_training_and_keeps_finished_runs(world, tmp_path, capsys):
@@ -168,15 +227,15 @@ def test_malformed_row_fails_before_training_and_keeps_finished_runs(world, tmp_
     glue = tmp_path / "glue"
     shutil.copytree(world["glue"], glue)
     out = tmp_path / "out"
-    args = ["glue", "--model", str(world["run"]), "--glue-dir", str(glue), "--tasks", "rte,wnli", "--seeds", "1",
-            "--out", str(out), "--max-steps", "1", "--no-progress"]  # fmt: skip
-    assert main(args) == 0
+    spec = dataclasses.replace(sweep(world, out, "rte,wnli", 1, max_steps=1), glue_dir=str(glue))
+    assert run_sweep(spec).ok
     with open(glue / "WNLI" / "dev.tsv", "a") as f:
         f.write("99\tonly one sentence\t1\n")
-    capsys.readouterr()
-    assert main(args) == 2
-    assert "WNLI/dev.tsv:18: 3 columns, expected 4 (task wnli)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="WNLI/dev.tsv:18: 3 columns, expected 4 \\(task wnli\\)"):
+        run_sweep(spec)
     assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 1
+    (out / "results.md").unlink()
+    assert write_report_only(out).results == results(out) and (out / "results.md").exists()
     (out / "results.md").unlink()
     assert main(["glue", "--out", str(out), "--report-only"]) == 0 and (out / "results.md").exists()
 
@@ -184,9 +243,8 @@ def test_malformed_row_fails_before_training_and_keeps_finished_runs(world, tmp_
 @pytest.mark.skipif(not GLUE_DATA.is_dir(), reason="shared GLUE data not present")
 def test_short_run_on_the_real_files(world, tmp_path):
     out = tmp_path / "out"
-    args = ["glue", "--model", str(world["run"]), "--glue-dir", str(GLUE_DATA), "--tasks", "wnli,rte",
-            "--seeds", "1", "--out", str(out), "--max-steps", "3", "--no-progress"]  # fmt: skip
-    assert main(args) == 0
+    spec = dataclasses.replace(sweep(world, out, "wnli,rte", 1, max_steps=3), glue_dir=str(GLUE_DATA))
+    assert run_sweep(spec).ok
     tasks = results(out)["tasks"]
     assert (tasks["wnli"]["n_train"], tasks["wnli"]["n_eval"]) == (635, 71)
     assert (tasks["rte"]["n_train"], tasks["rte"]["n_eval"]) == (2490, 277)
@@ -195,7 +253,7 @@ def test_short_run_on_the_real_files(world, tmp_path):
 
 
 def test_saved_hf_model_reproduces_the_reported_dev_score(world, tmp_path):
-    """`--head hf --save-models`: transformers loads the fine-tuned model and gets the accuracy the report has."""
+    """The hf head, saved: transformers loads the fine-tuned model and gets the accuracy the report has."""
     import numpy as np
     import torch
     from transformers import ElectraForSequenceClassification
@@ -206,8 +264,7 @@ def test_saved_hf_model_reproduces_the_reported_dev_score(world, tmp_path):
     from electra.glue.tasks import resolve_tasks
 
     out = tmp_path / "out"
-    args = glue_args(world, out, "rte", "--seeds", "1", "--head", "hf", "--save-models", "--eval-every-epoch")
-    assert main(args) == 0
+    assert run_sweep(sweep(world, out, "rte", 1, head="hf", save_model=True, eval_every_epoch=True)).ok
     record = json.loads((out / "runs" / "rte" / "seed0" / "result.json").read_text())
     assert [h["epoch"] for h in record["history"]] == list(range(1, 11)) and record["steps"] == 10  # RTE: 10 epochs
     assert record["history"][-1]["metrics"] == record["metrics"]

@@ -1,6 +1,6 @@
 """Model inputs: `[CLS] A [SEP] B [SEP]` with token type ids 0/1, longest-first truncation, dynamic padding.
 
-Truncation is deterministic (no random cropping, which made RC's dev scores vary run to run, SPEC §5). Each batch
+Truncation is deterministic (no random cropping, which made the study's dev scores vary run to run). Each batch
 is padded only to its own longest sequence; evaluation batches are sorted by length so little padding is wasted.
 """
 

@@ -1,7 +1,9 @@
 """Fine-tune one pretrained model on one task with one seed: the single explicit training loop of GLUE.
 
-AdamW with layer-wise lr decay, 10% linear warmup then linear decay, gradient clipping, bf16 autocast on CUDA and
-fp32 on CPU; evaluation on dev at the end (optionally after every epoch) and test predictions on request.
+Each step: set every parameter group's layer-wise lr from the schedule, forward, per-example losses (summed over
+the batch, as OFF, or averaged), backward, clip the global norm, update (Adam without bias correction, as OFF, or
+AdamW). Dev evaluation at the end (optionally after every epoch) and test predictions on request. The recipe is a
+FinetuneConfig (electra/config.py); what differs between tasks comes from their Task (electra/glue/tasks.py).
 Returns the run's record; the sweep writes it (atomically) as the run's result file.
 """
 
@@ -24,52 +26,15 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from electra.checkpoint import load_discriminator
-from electra.config import ModelConfig
+from electra.config import FinetuneConfig, ModelConfig
 from electra.files import write_atomic
 from electra.glue import metrics as M
 from electra.glue.features import Features, collate, encode, eval_batches, train_batches
 from electra.glue.heads import GlueModel, build_model, export_hf
 from electra.glue.loading import TaskData, with_swapped_pairs
-from electra.glue.optim import lr_factor, make_optimizer, param_groups
-from electra.glue.tasks import TASKS, Task
-from electra.optim import clip_and_step
-
-STSB_SCALE = 5.0  # OFF divides STS-B scores (0-5) by 5 to train on [0, 1]
-
-
-@dataclass
-class FinetuneConfig:
-    """Hyperparameters of one fine-tuning run. Defaults: the ELECTRA paper's for Small (SPEC §5)."""
-
-    head: str = "cls-linear"
-    """cls-linear (OFF), mean-mlp (RC) or hf (transformers; exports to ElectraForSequenceClassification)."""
-    lr: float = 3e-4
-    """Peak learning rate of the head (the paper; OFF's code default is 1e-4)."""
-    layer_decay: float = 0.8
-    depth_convention: str = "paper"
-    """paper, original (OFF's code) or study (RC): see optim.py."""
-    batch_size: int = 32
-    epochs: int | None = None
-    """None: the task's (3; 10 for RTE and STS-B)."""
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    """OFF 0.01; richarddwang's faithful reproduction used 0."""
-    decay_norm_and_bias: bool = False
-    """Apply weight decay to LayerNorm parameters and biases too (OFF excludes them)."""
-    grad_clip: float = 1.0
-    max_length: int = 128
-    stsb_scale: bool = True
-    """Train STS-B on scores / 5 (OFF); predictions are scaled back."""
-    swap_pairs: bool = False
-    """MRPC/STS-B: add each training pair with its sentences swapped (OFF's double_unordered)."""
-    max_steps: int | None = None
-    """Cap on optimizer steps per run (smoke runs); the schedule is fit to the capped length."""
-    eval_every_epoch: bool = False
-    eval_batch_size: int = 128
-    precision: str = "auto"
-    """auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16."""
-    predict_test: bool = False
-    save_model: bool = False
+from electra.glue.optim import build_optimizer, set_learning_rates
+from electra.glue.tasks import Task
+from electra.optim import clip_and_step, scheduled_lr
 
 
 @dataclass
@@ -89,7 +54,7 @@ def load_pretrained(path: str, tokenizer_dir: str | None = None) -> Pretrained:
     body, cfg, found = load_discriminator(path)
     tok_dir = Path(tokenizer_dir) if tokenizer_dir else found
     if tok_dir is None:
-        raise FileNotFoundError(f"{path}: no tokenizer found beside the model; pass --tokenizer")
+        raise FileNotFoundError(f"{path}: no tokenizer found beside the model; pass a tokenizer folder (--tokenizer)")
     tokenizer = load_tokenizer(tok_dir)
     if tokenizer.get_vocab_size() > cfg.vocab_size:
         n = tokenizer.get_vocab_size()
@@ -110,7 +75,7 @@ class Prepared:
 def prepare(data: TaskData, tokenizer: Tokenizer, cfg: FinetuneConfig) -> Prepared:
     task = data.task
     train = data.train
-    if cfg.swap_pairs and task.name in ("mrpc", "stsb"):
+    if cfg.swap_pairs and task.unordered:  # OFF double_unordered: MRPC and STS-B
         train = with_swapped_pairs(train)
 
     def enc(examples):
@@ -126,6 +91,43 @@ def autocast_for(device: torch.device, precision: str):
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
+
+
+def target_scale(task: Task, cfg: FinetuneConfig) -> float:
+    """What regression targets are divided by for training (STS-B: 5 with scale_targets, OFF); 1 otherwise."""
+    return task.target_scale if task.is_regression and cfg.scale_targets else 1.0
+
+
+def run_length(n_train: int, task: Task, cfg: FinetuneConfig) -> tuple[int, int, float]:
+    """(epochs, optimizer steps, warmup steps) of a run on `n_train` examples.
+
+    OFF preprocessing.py pads the training set to a multiple of the batch (padding examples carry no loss), so
+    an epoch is ceil(n / batch) steps; its warmup is num_train_steps * warmup_proportion, not rounded.
+    """
+    epochs = cfg.epochs or task.epochs
+    total = epochs * math.ceil(n_train / cfg.batch_size)
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+    return epochs, total, cfg.warmup_fraction * total
+
+
+def example_losses(out: Tensor, labels: Tensor, task: Task, scale: float) -> Tensor:
+    """(B,) losses: squared error on target / scale (OFF RegressionTask), or cross-entropy (ClassificationTask)."""
+    if task.is_regression:
+        return (out.float().squeeze(-1) - labels / scale) ** 2
+    return F.cross_entropy(out.float(), labels, reduction="none")
+
+
+def train_step(model: GlueModel, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], task: Task,
+               cfg: FinetuneConfig, amp=None) -> Tensor:  # fmt: skip
+    """Forward, backward, clip, update at the learning rates already set; returns the mean example loss (device)."""
+    with amp or nullcontext():
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, n)
+    losses = example_losses(out, batch["labels"], task, target_scale(task, cfg))  # (B,)
+    # OFF run_finetuning.py sums the batch's losses (reduce_sum): clipping at 1.0 then sees the summed gradient
+    (losses.sum() if cfg.loss_reduction == "sum" else losses.mean()).backward()
+    clip_and_step(optimizer, None, list(model.parameters()), cfg.grad_clip)  # as in pretraining: no host sync
+    return losses.detach().mean()
 
 
 LOG_EVERY = 10  # steps between reads of the training loss (for the progress bar and the non-finite check)
@@ -148,24 +150,19 @@ def finetune(
     """One (task, seed) run from the pretrained body: train, evaluate on dev, predict test; returns its record."""
     task = prep.data.task
     start = time.time()
-    scale = STSB_SCALE if task.name == "stsb" and cfg.stsb_scale else 1.0
-    model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed).to(device)
-    groups = param_groups(model, cfg.lr, cfg.layer_decay, pre.cfg.num_layers, cfg.depth_convention,
-                          cfg.weight_decay, cfg.decay_norm_and_bias)  # fmt: skip
-    optimizer = make_optimizer(groups)
-    params = list(model.parameters())
-    epochs = cfg.epochs or task.epochs
+    model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed, cfg.head_init).to(device)
+    optimizer = build_optimizer(model, cfg, pre.cfg.num_layers)
     n = len(prep.train)
-    steps_per_epoch = math.ceil(n / cfg.batch_size)
-    total = epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, epochs * steps_per_epoch)
-    warmup = int(cfg.warmup_fraction * total)
+    epochs, total, warmup = run_length(n, task, cfg)
     gen = torch.Generator().manual_seed(seed)  # data order: a function of the seed only
     amp = autocast_for(device, cfg.precision)
+    scale = target_scale(task, cfg)
 
     history = []
     losses = torch.full((total,), float("nan"), device=device)  # per step, read every LOG_EVERY steps: no sync
+    every = 0.1 if sys.stderr.isatty() else 30.0  # a log file gets a line every 30 s, not 10 a second
     bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, dynamic_ncols=True,
-               mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file gets a line every 30 s, not 10 a second
+               mininterval=every)  # fmt: skip
     step = 0
     for epoch in range(epochs):
         if step >= total:
@@ -175,23 +172,14 @@ def finetune(
             if step >= total:
                 break
             batch = {k: v.to(device, non_blocking=True) for k, v in collate(prep.train, idx).items()}
-            factor = lr_factor(step, total, warmup)
-            for group in optimizer.param_groups:
-                group["lr"] = group["base_lr"] * factor
-            with amp:
-                out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, n)
-            if task.is_regression:
-                loss = F.mse_loss(out.float().squeeze(-1), batch["labels"] / scale)
-            else:
-                loss = F.cross_entropy(out.float(), batch["labels"])
-            loss.backward()
-            clip_and_step(optimizer, None, params, cfg.grad_clip)  # as in pretraining: no host sync
-            losses[step] = loss.detach()
+            set_learning_rates(optimizer, step, total, warmup, cfg.schedule)
+            losses[step] = train_step(model, optimizer, batch, task, cfg, amp)
             step += 1
             bar.update(1)
             if step % LOG_EVERY == 0 or step == total:
                 recent = check_finite(losses, step, f"{task.name} seed {seed}")
-                bar.set_postfix(loss=f"{np.mean(recent):.4f}", lr=f"{cfg.lr * factor:.2e}")
+                head_lr = scheduled_lr(cfg.lr, step - 1, total, warmup, cfg.schedule)
+                bar.set_postfix(loss=f"{np.mean(recent):.4f}", lr=f"{head_lr:.2e}")
         if cfg.eval_every_epoch:
             history.append({"epoch": epoch + 1, "step": step, "metrics": evaluate(model, prep, cfg, device, scale)[0]})
     bar.close()
@@ -249,17 +237,17 @@ def evaluate(model, prep: Prepared, cfg: FinetuneConfig, device, scale: float):
 
 
 def write_predictions(model, prep: Prepared, cfg: FinetuneConfig, device, scale: float, run_dir: Path) -> dict:
-    """`index<TAB>prediction` files in the GLUE server format (label strings; STS-B scores in [0, 5])."""
+    """`index<TAB>prediction` files in the GLUE server format (label strings; scores clipped to the task's
+    prediction_range, STS-B [0, 5])."""
     task = prep.data.task
     written = {}
-    for name, feats in prep.test.items():
-        owner = TASKS["ax"] if name == "AX.tsv" else task  # AX is predicted by the MNLI model, MNLI's labels
+    for name, feats in prep.test.items():  # also other tasks' test sets (MNLI's model predicts AX): our labels
         pred = decide(predict(model, feats, cfg, device), task.is_regression, scale)
         if task.is_regression:
-            lo, hi = (0.0, 5.0) if task.name == "stsb" else (-np.inf, np.inf)
+            lo, hi = task.prediction_range or (-np.inf, np.inf)
             values = [f"{v:.3f}" for v in np.clip(pred, lo, hi)]
         else:
-            values = [owner.labels[i] for i in pred]
+            values = [task.labels[i] for i in pred]
         index = [e.index for e in prep.data.test[name]]
         lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(index, values, strict=True)]
         file = run_dir / f"test_{name}"

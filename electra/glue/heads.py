@@ -1,27 +1,32 @@
-"""The fine-tuning model: the pretrained discriminator body plus one of three task heads (SPEC §5).
+"""The fine-tuning model: the pretrained discriminator body plus one of three task heads.
 
-    cls-linear  the original (OFF): [CLS] hidden state -> dropout -> Linear(H, n)
+    cls-linear  the original (OFF classification_tasks.py: get_pooled_output(), which modeling.py defines as the
+                [CLS] hidden state, no pooler -> dropout 0.1 -> tf.layers.dense): [CLS] -> dropout -> Linear(H, n)
     mean-mlp    the study (RC): mean over non-pad tokens -> dropout -> Linear(H, H) -> GELU -> Linear(H, n)
     hf          transformers' ElectraClassificationHead: [CLS] -> dropout -> Linear(H, H) -> GELU -> dropout
                 -> Linear(H, n), with its parameter names, so the model exports to ElectraForSequenceClassification
 
-Binary tasks use two logits and argmax (RC's sigmoid of logit 1 was a bug); regression uses one output.
+Binary tasks use two logits and argmax (RC's sigmoid of logit 1 was a bug); regression uses one output. The
+head's Linear layers start as TF's default Glorot uniform (what OFF's tf.layers.dense without an initializer gets)
+or normal(0, initializer_range) (transformers); biases 0.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from electra.config import ModelConfig
+from electra.config import HeadName, ModelConfig
 from electra.glue.tasks import Task
 from electra.model import ElectraModel
 
-HEADS = ("cls-linear", "mean-mlp", "hf")
+HEADS = typing.get_args(HeadName)
+HEAD_INITS = ("glorot_uniform", "normal")
 
 
 class ClsLinearHead(nn.Module):
@@ -67,17 +72,23 @@ _HEAD_CLASSES = {"cls-linear": ClsLinearHead, "mean-mlp": MeanMLPHead, "hf": HFC
 class GlueModel(nn.Module):
     """`electra.*` (the body, transformers ElectraModel names) + `classifier.*` (the head)."""
 
-    def __init__(self, body: ElectraModel, cfg: ModelConfig, head: str, num_outputs: int):
+    def __init__(self, body: ElectraModel, cfg: ModelConfig, head: str, num_outputs: int,
+                 head_init: str = "glorot_uniform"):  # fmt: skip
         super().__init__()
         if head not in _HEAD_CLASSES:
             raise ValueError(f"unknown head {head!r}: expected one of {HEADS}")
+        if head_init not in HEAD_INITS:
+            raise ValueError(f"unknown head initialisation {head_init!r}: expected one of {HEAD_INITS}")
         self.cfg = cfg
         self.head_name = head
         self.electra = body
         self.classifier = _HEAD_CLASSES[head](cfg.hidden_size, num_outputs, cfg.dropout)
         for module in self.classifier.modules():
-            if isinstance(module, nn.Linear):  # normal(0, 0.02) weights, zero biases (OFF and transformers)
-                nn.init.normal_(module.weight, std=cfg.initializer_range)
+            if isinstance(module, nn.Linear):
+                if head_init == "glorot_uniform":  # TF's default: U(-a, a), a = sqrt(6 / (fan_in + fan_out))
+                    nn.init.xavier_uniform_(module.weight)
+                else:
+                    nn.init.normal_(module.weight, std=cfg.initializer_range)
                 nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
@@ -118,9 +129,10 @@ def export_hf(model: GlueModel, task: Task, out_dir: str | Path, tokenizer_dir: 
     return out_dir
 
 
-def build_model(body_state: dict[str, Tensor], cfg: ModelConfig, head: str, task: Task, seed: int) -> GlueModel:
+def build_model(body_state: dict[str, Tensor], cfg: ModelConfig, head: str, task: Task, seed: int,
+                head_init: str = "glorot_uniform") -> GlueModel:  # fmt: skip
     """A fresh fine-tuning model: the pretrained body (copied) and a head initialised from `seed`."""
     torch.manual_seed(seed)
     body = ElectraModel(cfg)
     body.load_state_dict(body_state)
-    return GlueModel(body, cfg, head, task.num_outputs)
+    return GlueModel(body, cfg, head, task.num_outputs, head_init)

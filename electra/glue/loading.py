@@ -1,4 +1,4 @@
-"""Examples from a GLUE folder in the original TSV layout (SPEC §6), or from the HF hub dataset `nyu-mll/glue`.
+"""Examples from a GLUE folder in the original TSV layout (download_glue_data.py), or from the hub's `nyu-mll/glue`.
 
 Both give the same examples and label ids. TSVs are read with quoting disabled (some rows hold stray quote
 characters) and a UTF-8 BOM is tolerated (MRPC starts with one). Any malformed row is an error naming the file
@@ -171,6 +171,6 @@ def examples_from_hub(task: Task, split, labelled: bool = True) -> list[Example]
 
 
 def with_swapped_pairs(examples: list[Example]) -> list[Example]:
-    """OFF's `double_unordered` for MRPC and STS-B (issue #98): add each training pair with A and B swapped."""
+    """OFF's `double_unordered` (google-research/electra#98): add each training pair with A and B swapped; used for
+    tasks whose pairs are unordered (MRPC, STS-B)."""
     return examples + [replace(e, text_a=e.text_b, text_b=e.text_a) for e in examples if e.text_b is not None]
-

@@ -1,23 +1,31 @@
-"""AdamW with layer-wise learning-rate decay, and the fine-tuning learning-rate schedule (SPEC §5).
+"""The fine-tuning optimizer: layer-wise learning rates over the pretraining optimizers of electra/optim.py.
 
-Each parameter gets lr * decay ** k, with k its distance below the head. The three conventions differ only in k
-(L layers, layer i counted from 0 at the bottom; `embeddings_project` sits with the embeddings, as in OFF):
+OFF fine-tunes with its pretraining optimizer and schedule (google-research/electra model/optimization.py
+create_optimizer: AdamWeightDecayOptimizer, polynomial decay times warmup, clip_by_global_norm 1.0), each variable
+at lr * decay ** k, with k its distance below the head. The three conventions differ only in k (L layers, layer
+i counted from 0 at the bottom; `embeddings_project` sits with the embeddings, as in OFF):
 
     convention   head   layer i        embeddings
     paper        0      L - i          L + 1        (the paper's intent: top layer lr*d)
-    original     0      L + 1 - i      L + 2        (OFF's code, google-research/electra#51: a removed pooler's step)
-    study        0      L - 1 - i      L - 1        (RC: top layer lr, embeddings share layer 0's rate)
+    original     0      L + 1 - i      L + 2        (OFF's code, _get_layer_lrs: task_specific/ at depth L + 2,
+                                                     layer i at i + 1, embeddings at 0; google-research/electra#51)
+    study        0      L - 1 - i      L - 1        (the study: top layer lr, embeddings share layer 0's rate)
 """
 
 from __future__ import annotations
 
 import re
+import typing
 
 import torch
 from torch import nn
 
-CONVENTIONS = ("paper", "original", "study")
+from electra.config import DepthConvention, FinetuneConfig
+from electra.optim import AdamNoBiasCorrection, scheduled_lr
+
+CONVENTIONS = typing.get_args(DepthConvention)
 _LAYER = re.compile(r"^electra\.encoder\.layer\.(\d+)\.")
+BETAS, EPS = (0.9, 0.999), 1e-6  # OFF AdamWeightDecayOptimizer (create_optimizer passes these)
 
 
 def depth_exponent(name: str, num_layers: int, convention: str) -> int:
@@ -45,7 +53,7 @@ def param_groups(
     lr: float,
     layer_decay: float,
     num_layers: int,
-    convention: str = "paper",
+    convention: str = "original",
     weight_decay: float = 0.01,
     decay_norm_and_bias: bool = False,
 ) -> list[dict]:
@@ -66,14 +74,17 @@ def param_groups(
     return [groups[key] for key in sorted(groups)]
 
 
-def make_optimizer(groups: list[dict]) -> torch.optim.AdamW:
-    # betas and eps of OFF's AdamWeightDecayOptimizer (0.9, 0.999, 1e-6); fused on CPU and CUDA: one kernel
-    fused = groups[0]["params"][0].device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-6, fused=fused)
+def build_optimizer(model: nn.Module, cfg: FinetuneConfig, num_layers: int) -> torch.optim.Optimizer:
+    """The recipe's optimizer over layer-wise groups: Adam without bias correction (OFF) or AdamW (the study)."""
+    groups = param_groups(model, cfg.lr, cfg.layer_decay, num_layers, cfg.depth_convention, cfg.weight_decay,
+                          cfg.decay_norm_and_bias)  # fmt: skip
+    fused = groups[0]["params"][0].device.type in ("cpu", "cuda")  # one kernel for all tensors
+    if cfg.optimizer == "adam":
+        return AdamNoBiasCorrection(groups, lr=cfg.lr, betas=BETAS, eps=EPS, fused=fused)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=BETAS, eps=EPS, fused=fused)
 
 
-def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
-    """Multiplier of the peak lr for optimizer step `step` (0-based): linear warmup, then linear decay to 0."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+def set_learning_rates(optimizer: torch.optim.Optimizer, step: int, total: int, warmup: float, schedule: str) -> None:
+    """Each group's lr for the update at `step`: its layer-wise peak `base_lr` times the schedule."""
+    for group in optimizer.param_groups:
+        group["lr"] = scheduled_lr(group["base_lr"], step, total, warmup, schedule)

@@ -1,4 +1,4 @@
-"""The report of a sweep: per-task statistics over seeds and the three aggregate scores (SPEC §7).
+"""The report of a sweep: per-task statistics over seeds and the three aggregate scores (docs/glue.md).
 
     results.json  the stable interface: {"tasks": {TASK: {"n_train", "n_eval", "metrics": {METRIC: {"median",
                   "mean", "std", "min", "max", "n"}}}}, "scores": {"paper", "glue", "study"}, "missing": [...]}

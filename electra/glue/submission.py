@@ -1,4 +1,4 @@
-"""Test-set predictions in the GLUE server format (SPEC §6) and a zip ready to upload.
+"""Test-set predictions in the GLUE server format (gluebenchmark.com) and a zip ready to upload.
 
 Each run with `--predict-test` leaves `test_<FILE>` beside its result; per task, the seed with the best dev score
 (its main metric) is submitted. The server expects all eleven files; the ones not produced are reported.

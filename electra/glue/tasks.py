@@ -1,7 +1,10 @@
 """The task registry: the nine GLUE tasks, the AX diagnostic set, and custom tasks described by a `task.json`.
 
-A task says where its text and labels are (column names in the original GLUE TSV header, SPEC §6, and field names
-in the HF hub dataset `nyu-mll/glue`), its label strings in id order, its metrics and its epochs (SPEC §5).
+A task says where its text and labels are (column names in the original GLUE TSV header, as written by
+download_glue_data.py, and field names in the HF hub dataset `nyu-mll/glue`), its label strings in id order, its
+metrics and epochs, and how fine-tuning treats it: whether its pairs are unordered (both orders are trained on),
+how regression targets are scaled, the range its predictions are clipped to, and the test sets of other tasks its
+model predicts. Fine-tuning reads only these fields, never a task's name, so a new task is data, not code.
 Label ids follow the hub's order, so both sources give the same ids.
 """
 
@@ -48,6 +51,7 @@ class Task:
     main_metric: str
     """Names the run in the summary line and picks the seed whose test predictions are submitted."""
     epochs: int
+    """3, and 10 for RTE and STS-B (OFF configure_finetuning.py)."""
     train: Split | None = Split("train.tsv", "train")
     dev: tuple[Split, ...] = (Split("dev.tsv", "validation"),)
     test: tuple[Split, ...] = ()
@@ -58,7 +62,16 @@ class Task:
     hub_labels: tuple[str, ...] | None = None
     """The hub's ClassLabel names, checked when loading (their order is our id order)."""
     also_predict: tuple[str, ...] = ()
-    """Test sets of other tasks predicted by this task's model (MNLI predicts AX)."""
+    """Test sets of other tasks predicted by this task's model, written with this task's labels (MNLI predicts
+    AX, OFF classification_tasks.py MNLI.get_test_splits)."""
+    unordered: bool = False
+    """The two sentences' order carries no meaning (MRPC, STS-B): with finetune.swap_pairs, each training pair is
+    also seen swapped (OFF double_unordered)."""
+    target_scale: float = 1.0
+    """Regression targets are divided by this for training when finetune.scale_targets (STS-B: 5, OFF
+    RegressionTask normalises 0-5 scores to [0, 1]); predictions are multiplied back."""
+    prediction_range: tuple[float, float] | None = None
+    """Test predictions of a regression task are clipped to this range (STS-B: [0, 5], the server's scale)."""
     glue: bool = True
     """False for custom tasks: never part of the GLUE aggregates."""
 
@@ -91,9 +104,11 @@ TASKS: dict[str, Task] = {
              test=_glue_test("SST-2"), hub_config="sst2", hub_fields=("sentence", None),
              hub_labels=("negative", "positive")),
         Task("mrpc", "MRPC", "#1 String", "#2 String", "Quality", BINARY, ("f1", "accuracy"), "accuracy", 3,
-             test=_glue_test("MRPC"), hub_config="mrpc", hub_labels=("not_equivalent", "equivalent")),
+             test=_glue_test("MRPC"), hub_config="mrpc", hub_labels=("not_equivalent", "equivalent"),
+             unordered=True),
         Task("stsb", "STS-B", "sentence1", "sentence2", "score", None, ("pearson", "spearman"), "spearman", 10,
-             test=_glue_test("STS-B"), hub_config="stsb"),
+             test=_glue_test("STS-B"), hub_config="stsb", unordered=True, target_scale=5.0,
+             prediction_range=(0.0, 5.0)),
         Task("qqp", "QQP", "question1", "question2", "is_duplicate", BINARY, ("f1", "accuracy"), "accuracy", 3,
              test=_glue_test("QQP"), hub_config="qqp", hub_fields=("question1", "question2"),
              hub_labels=("not_duplicate", "duplicate")),
@@ -144,8 +159,8 @@ def load_custom_task(folder: Path) -> Task:
     required = {"name", "text_a", "text_b", "label", "labels", "metrics", "main_metric", "epochs"}
     if not isinstance(raw, dict) or required - raw.keys():
         raise ValueError(f"{path}:1: task.json needs the keys {sorted(required)}")
-    if raw.keys() - required:
-        raise ValueError(f"{path}:1: unknown keys {sorted(raw.keys() - required)}")
+    if raw.keys() - required - CUSTOM_OPTIONS:
+        raise ValueError(f"{path}:1: unknown keys {sorted(raw.keys() - required - CUSTOM_OPTIONS)}")
     name = raw["name"]
     if not isinstance(name, str) or not name or name in TASKS or any(c in name for c in "/\\ \t"):
         raise ValueError(f"{path}:1: name {name!r} must be a plain name, not a GLUE task name")
@@ -170,21 +185,52 @@ def load_custom_task(folder: Path) -> Task:
         name=name, folder=str(folder), text_a=raw["text_a"], text_b=raw["text_b"], label=raw["label"],
         labels=None if labels is None else tuple(str(x) for x in labels), metrics=tuple(metrics),
         main_metric=raw["main_metric"], epochs=raw["epochs"], test=test, glue=False,
+        **_custom_options(raw, path),
     )  # fmt: skip
 
 
-def resolve_tasks(names: str, glue_dir: str | Path | None) -> tuple[list[TaskSpec], list[str]]:
-    """`--tasks` (all, a comma list of GLUE names, or task folders holding task.json) -> the tasks to run,
-    and the GLUE tasks of `all` skipped because their data is not in --glue-dir.
+CUSTOM_OPTIONS = {"unordered", "target_scale", "prediction_range"}
+"""Optional task.json keys: the Task fields of the same names."""
+
+
+def _custom_options(raw: dict, path: Path) -> dict:
+    """The optional task.json keys, checked: unordered (pair tasks), target_scale and prediction_range (regression)."""
+    options = {k: raw[k] for k in CUSTOM_OPTIONS if k in raw}
+    if not isinstance(options.get("unordered", False), bool):
+        raise ValueError(f"{path}:1: unordered must be true or false")
+    if options.get("unordered") and raw["text_b"] is None:
+        raise ValueError(f"{path}:1: unordered needs a pair task (text_b names a column)")
+    if raw["labels"] is not None and options.keys() & {"target_scale", "prediction_range"}:
+        raise ValueError(f"{path}:1: target_scale and prediction_range are for regression tasks (labels: null)")
+
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    scale = options.get("target_scale", 1.0)
+    if not number(scale) or scale <= 0:
+        raise ValueError(f"{path}:1: target_scale must be a positive number, got {scale!r}")
+    if "target_scale" in options:
+        options["target_scale"] = float(scale)
+    bounds = options.get("prediction_range")
+    if bounds is not None:
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(map(number, bounds)) and bounds[0] < bounds[1]):
+            raise ValueError(f"{path}:1: prediction_range must be [low, high] with low < high, got {bounds!r}")
+        options["prediction_range"] = (float(bounds[0]), float(bounds[1]))
+    return options
+
+
+def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[list[TaskSpec], list[str]]:
+    """Task names (all, GLUE names, or task folders holding task.json; a list or a comma-separated string) -> the
+    tasks to run, and the GLUE tasks of `all` skipped because their data is not in `glue_dir`.
 
     A task named explicitly whose folder or files are missing is an error; `all` means all that have data.
     """
     glue_root = Path(glue_dir) if glue_dir is not None else None
     if glue_root is not None and not glue_root.is_dir():
         raise FileNotFoundError(f"{glue_root}: --glue-dir is not a folder")
-    items = [x.strip() for x in names.split(",") if x.strip()]
+    items = [x.strip() for x in (names.split(",") if isinstance(names, str) else names) if x.strip()]
     if not items:
-        raise ValueError("--tasks is empty")
+        raise ValueError("no tasks given (--tasks is empty)")
     specs: list[TaskSpec] = []
     skipped: list[str] = []
     for item in items:
