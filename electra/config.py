@@ -88,7 +88,8 @@ class ObjectiveConfig:
     """How `fixed` masking draws its k positions among the candidates. with_replacement: as OFF
     (pretrain_helpers.mask, tf.random.categorical), so repeats leave fewer distinct positions (17.7 of 19 on a full
     128-token row); without_replacement: exactly k. Runs written before this option existed drew without
-    replacement; their saved configs lack the key and read back as with_replacement, so they resume with OFF's."""
+    replacement: their saved configs lack the key and read back as without_replacement (what they computed), so
+    resuming one asks for `--set objective.position_sampling=without_replacement`."""
     mask_prob: float = 0.15
     mask_token_prob: float = 0.85
     """Of the chosen positions, the fraction shown as [MASK]; the rest keep the original (no random tokens)."""
@@ -320,7 +321,18 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+# A saved config without one of these keys was written before the key existed, when the code did what the value
+# here says (not what today's default says): reading it back must describe what that run computed.
+BEFORE_THE_KEY_EXISTED = {("objective", "position_sampling"): "without_replacement"}
+
+
 def from_dict(raw: dict[str, Any], source: str = "saved config") -> PretrainConfig:
+    """A config saved with a run or checkpoint (see BEFORE_THE_KEY_EXISTED for keys it may lack)."""
+    if isinstance(raw, dict):
+        raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+        for (section, key), value in BEFORE_THE_KEY_EXISTED.items():
+            if isinstance(raw.get(section), dict):
+                raw[section].setdefault(key, value)
     cfg = merge(PretrainConfig(), raw, source)
     validate(cfg)
     return cfg

@@ -1,13 +1,16 @@
-"""Runs and checkpoints written before a config key existed still load and resume: a missing key takes its default.
+"""Runs and checkpoints written before a config key existed still load and resume, and read back as what they
+computed.
 
 Keys added since: `objective.position_sampling` and `model.init`. A run written before them drew its masked
-positions without replacement; read back, its config says `with_replacement` (OFF's draw, the default now), so a
-resumed old run continues with OFF's draw. `model.init` only matters when weights are created, never on a load.
+positions without replacement, so its config reads back as `without_replacement` (not today's default, OFF's
+draw), and resuming it with today's defaults is refused, naming the key. `model.init` only matters when weights
+are created, never on a load: a missing key takes its default.
 """
 
+import pytest
 import yaml
 
-from electra.checkpoint import list_checkpoints, load_pretraining_model
+from electra.checkpoint import CheckpointError, list_checkpoints, load_pretraining_model
 from electra.config import from_dict, load_config, to_dict
 from electra.pretrain import pretrain
 
@@ -22,10 +25,10 @@ def without_new_keys(raw: dict) -> dict:
     return raw
 
 
-def test_a_config_without_the_new_keys_reads_with_their_defaults():
+def test_a_config_without_the_new_keys_reads_as_what_it_computed():
     cfg = from_dict(without_new_keys(to_dict(load_config("small"))))
-    assert cfg.objective.position_sampling == "with_replacement" and cfg.model.init == "original"
-    assert cfg == load_config("small")
+    assert cfg.objective.position_sampling == "without_replacement" and cfg.model.init == "original"
+    assert cfg == load_config("small", ["objective.position_sampling=without_replacement"])
 
 
 def test_a_run_saved_without_the_new_keys_loads_and_resumes(tmp_path):
@@ -37,6 +40,9 @@ def test_a_run_saved_without_the_new_keys_loads_and_resumes(tmp_path):
         path.write_text(yaml.safe_dump(without_new_keys(yaml.safe_load(path.read_text())), sort_keys=False))
 
     model, cfg = load_pretraining_model(run)
-    assert cfg.objective.position_sampling == "with_replacement"
-    pretrain(load_config("tiny", FAST + ["train.max_steps=4", "train.save_every=2"]), run, resume="auto")
+    assert cfg.objective.position_sampling == "without_replacement"
+    resumed = FAST + ["train.max_steps=4", "train.save_every=2"]
+    with pytest.raises(CheckpointError, match="position_sampling: 'without_replacement' -> 'with_replacement'"):
+        pretrain(load_config("tiny", resumed), run, resume="auto")
+    pretrain(load_config("tiny", resumed + ["objective.position_sampling=without_replacement"]), run, resume="auto")
     assert [p.name for p in list_checkpoints(run)] == ["step_00000002", "step_00000004"]
