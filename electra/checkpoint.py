@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
 from electra.files import write_atomic
-from electra.model import ElectraForPretraining, ElectraModel, build_model
+from electra.model import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 
 log = logging.getLogger("electra.checkpoint")
 
@@ -139,7 +139,8 @@ def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainCo
 def find_tokenizer(path: Path) -> Path | None:
     """The tokenizer folder that belongs to a run, checkpoint or HF folder, if any."""
     path = Path(path)
-    for candidate in (path / "tokenizer", path.parent.parent / "tokenizer", path, path / "discriminator"):
+    for candidate in (path / "tokenizer", path.parent.parent / "tokenizer", path, path / "discriminator",
+                      path / "masked_lm"):  # fmt: skip
         if (candidate / "tokenizer.json").exists() or (candidate / "vocab.txt").exists():
             return candidate
     return None
@@ -156,26 +157,32 @@ def resolve_checkpoint(path: Path) -> Path:
     return ckpts[-1]
 
 
-def load_pretraining_model(path: str | Path) -> tuple[ElectraForPretraining, PretrainConfig]:
-    """Generator + discriminator from a run folder, a checkpoint, or an HF export (discriminator/ + generator/)."""
+def load_pretraining_model(path: str | Path) -> tuple[ElectraForPretraining | MaskedLMForPretraining, PretrainConfig]:
+    """The pretraining model from a run folder, a checkpoint, or an HF export (discriminator/ + generator/, or
+    masked_lm/ for the MLM baseline)."""
     path = Path(path)
     if (path / "discriminator" / "config.json").exists() and (path / "generator" / "config.json").exists():
         from electra.hf_compat import from_hf
 
         model = from_hf(path / "discriminator", path / "generator")
         return model, PretrainConfig.for_model(model.cfg)
+    if (path / "masked_lm" / "config.json").exists():
+        from electra.hf_compat import masked_lm_from_hf
+
+        model = masked_lm_from_hf(path / "masked_lm")
+        return model, dataclasses.replace(PretrainConfig.for_model(model.cfg), objective=model.objective)
     model, cfg = load_model_checkpoint(resolve_checkpoint(path))
     return model.eval(), cfg
 
 
 def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Path | None]:
-    """The discriminator body for fine-tuning, from any of: a run folder, a checkpoint, our HF export, or a
-    transformers ELECTRA folder (e.g. a saved google/electra-small-discriminator). Returns the tokenizer folder
-    that came with it, if any."""
+    """The body for fine-tuning (ELECTRA's discriminator, or the MLM baseline's encoder), from any of: a run
+    folder, a checkpoint, our HF export, or a transformers ELECTRA folder (e.g. a saved
+    google/electra-small-discriminator). Returns the tokenizer folder that came with it, if any."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such model folder")
-    hf_dir = path / "discriminator" if (path / "discriminator" / "config.json").exists() else path
+    hf_dir = next((path / sub for sub in ("discriminator", "masked_lm") if (path / sub / "config.json").exists()), path)
     if (hf_dir / "config.json").exists():
         from electra.hf_compat import discriminator_body_from_hf
 

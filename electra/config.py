@@ -78,10 +78,19 @@ class ModelConfig:
         return EncoderSize(hidden, self.num_layers, heads, self.generator_intermediate_size or 4 * hidden)
 
 
+# BERT's split of the chosen positions (Devlin et al. 2019, section 3.1): [MASK], a random token, unchanged
+BERT_MASK_PROB, BERT_RANDOM_PROB = 0.8, 0.1
+
+
 @dataclass
 class ObjectiveConfig:
-    """Replaced-token detection (ELECTRA paper §2). Defaults: OFF (google-research/electra)."""
+    """The pretraining objective: replaced-token detection (ELECTRA paper section 2; defaults: OFF,
+    google-research/electra) or BERT's masked language model at the same size, the baseline the paper compares with."""
 
+    kind: Literal["electra", "mlm"] = "electra"
+    """electra: a small generator fills the masked slots and the discriminator detects the replaced tokens; mlm:
+    one masked LM as large as the discriminator, trained on the masked slots only, with BERT's 80/10/10 split of
+    the chosen positions ([MASK] / a random token / unchanged) whatever `mask_token_prob` says."""
     masking: Literal["fixed", "bernoulli"] = "fixed"
     """fixed: OFF's N = int((p + 0.005) * T) slots per sequence; bernoulli: RC's i.i.d. per-token masking."""
     position_sampling: Literal["with_replacement", "without_replacement"] = "with_replacement"
@@ -96,7 +105,15 @@ class ObjectiveConfig:
     replace: Literal["all", "masked"] = "all"
     """Sampled tokens replace all chosen positions (OFF) or only the [MASK]ed ones (RC)."""
     temperature: float = 1.0
-    """Sampling temperature for the generator (logits / T)."""
+    """Sampling temperature for the generator (logits / T); with `temperature_start`, where the schedule ends."""
+    temperature_start: float | None = None
+    """Anneal the sampling temperature linearly from this value down to `temperature` over the first
+    `temperature_steps` optimizer steps (a higher temperature draws easier, less plausible replacements); None:
+    constant `temperature`, as OFF."""
+    temperature_steps: int = 0
+    uniform_replace_prob: float = 0.0
+    """Replace this fraction of the generator's samples by tokens drawn uniformly from the vocabulary (easy
+    replacements mixed in; 0 as OFF)."""
     sampler: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"
     """How a token is drawn from softmax(logits / T): both draw from the same distribution (see masking.py)."""
     disallow_correct: bool = False
@@ -135,6 +152,8 @@ class TrainConfig:
     optimizer: Literal["adam", "adamw"] = "adam"
     """adam: Adam without bias correction (OFF); adamw: AdamW with bias correction (the study)."""
     lr: float = 5e-4
+    generator_lr_scale: float = 1.0
+    """The generator's parameters train at lr times this (the shared embeddings at lr); 1 as OFF."""
     schedule: Literal["original", "study"] = "original"
     """original: linear decay from step 0 times a linear warmup (OFF); study: warmup then linear decay (RC)."""
     warmup_steps: int = 10_000
@@ -176,6 +195,19 @@ class PretrainConfig:
     def num_mask_slots(self) -> int:
         """Static number of masked slots per sequence (OFF: max_predictions_per_seq)."""
         return num_mask_slots(self.objective, self.data.seq_len)
+
+
+def temperature_at(step: int, objective: ObjectiveConfig) -> float:
+    """The sampling temperature for the update made at `step` (0-based), by objective.temperature_start/_steps."""
+    if objective.temperature_start is None or step >= objective.temperature_steps:
+        return objective.temperature
+    left = 1.0 - step / objective.temperature_steps
+    return objective.temperature + (objective.temperature_start - objective.temperature) * left
+
+
+def masking_split(objective: ObjectiveConfig) -> tuple[float, float]:
+    """(shown as [MASK], replaced by a random token) fractions of the chosen positions; the rest stay unchanged."""
+    return (BERT_MASK_PROB, BERT_RANDOM_PROB) if objective.kind == "mlm" else (objective.mask_token_prob, 0.0)
 
 
 def num_mask_slots(objective: ObjectiveConfig, seq_len: int) -> int:
@@ -303,6 +335,10 @@ def validate(cfg: PretrainConfig) -> None:
         (0 < o.mask_prob < 1, "objective.mask_prob must be in (0, 1)"),
         (0 <= o.mask_token_prob <= 1, "objective.mask_token_prob must be in [0, 1]"),
         (o.temperature > 0, "objective.temperature must be positive"),
+        (o.temperature_start is None or o.temperature_start > 0, "objective.temperature_start must be positive"),
+        (o.temperature_steps >= 0, "objective.temperature_steps must be >= 0"),
+        (0 <= o.uniform_replace_prob <= 1, "objective.uniform_replace_prob must be in [0, 1]"),
+        (t.generator_lr_scale > 0, "train.generator_lr_scale must be positive"),
         (0 < m.generator_fraction <= 1.5, "model.generator_fraction must be in (0, 1.5]"),
         (t.batch_size > 0 and t.max_steps > 0, "train.batch_size and train.max_steps must be positive"),
         (t.micro_batch_size is None or t.micro_batch_size > 0, "train.micro_batch_size must be positive"),

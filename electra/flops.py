@@ -83,7 +83,9 @@ def _off_discriminator_output(s: _Stack) -> float:
 def off_train_flops(
     cfg: PretrainConfig, steps: int | None = None, output_fraction: float = OFF_OUTPUT_FRACTION
 ) -> float:
-    """Training FLOPs of a full run by the official ELECTRA accounting (generator + discriminator)."""
+    """Training FLOPs of a full run by the official ELECTRA accounting: generator + discriminator, or for the MLM
+    baseline one masked LM of the discriminator's size (OFF counts BERT as TransformerHparams.get_train_flops
+    with its output softmax: `bert_small` there)."""
     m, T = cfg.model, cfg.data.seq_len
     steps = cfg.train.max_steps if steps is None else steps
     E, V = m.embedding_size, m.vocab_size
@@ -91,6 +93,11 @@ def off_train_flops(
         _Stack(s.hidden_size, s.num_layers, s.intermediate_size, s.num_heads, E, T, V)
         for s in (m.discriminator, m.generator)
     )
+    if cfg.objective.kind == "mlm":
+        forward = (
+            disc.layers * _off_block(disc) + _off_input_embedding(disc) + _off_generator_output(disc, output_fraction)
+        )
+        return 2 * forward * cfg.train.batch_size * steps
     forward = (
         disc.layers * _off_block(disc) + _off_input_embedding(disc) + _off_discriminator_output(disc)
         + gen.layers * _off_block(gen) + _off_input_embedding(gen)
@@ -110,18 +117,22 @@ def encoder_forward_flops(size: EncoderSize, embedding_size: int, seq_len: int) 
     return T * (project + size.num_layers * layer)
 
 
-def generator_head_flops(m: ModelConfig, positions: int) -> int:
-    """Dense(H_g -> E) and the tied output matmul (E -> V) at `positions` positions, forward."""
-    return positions * (2 * m.generator.hidden_size * m.embedding_size + 2 * m.embedding_size * m.vocab_size)
+def generator_head_flops(m: ModelConfig, positions: int, hidden: int | None = None) -> int:
+    """Dense(H -> E) and the tied output matmul (E -> V) at `positions` positions, forward (H: the generator's
+    hidden size unless given, e.g. the discriminator's for the MLM baseline)."""
+    hidden = m.generator.hidden_size if hidden is None else hidden
+    return positions * (2 * hidden * m.embedding_size + 2 * m.embedding_size * m.vocab_size)
 
 
-def pretrain_step_flops(
-    cfg: PretrainConfig, batch_size: int, seq_len: int, full_vocab_head: bool = False
-) -> int:
-    """Matmul FLOPs of one training step (forward + backward) of generator + discriminator."""
+def pretrain_step_flops(cfg: PretrainConfig, batch_size: int, seq_len: int, full_vocab_head: bool = False) -> int:
+    """Matmul FLOPs of one training step (forward + backward) of generator + discriminator (the MLM baseline:
+    its encoder and its head at the masked slots)."""
     m = cfg.model
     H = m.hidden_size
     slots = seq_len if full_vocab_head else num_mask_slots(cfg.objective, seq_len)
+    if cfg.objective.kind == "mlm":
+        forward = encoder_forward_flops(m.discriminator, m.embedding_size, seq_len) + generator_head_flops(m, slots, H)
+        return 3 * forward * batch_size
     forward = (
         encoder_forward_flops(m.generator, m.embedding_size, seq_len)
         + generator_head_flops(m, slots)

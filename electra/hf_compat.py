@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from electra.config import ModelConfig, ObjectiveConfig, PretrainConfig
-from electra.model import ElectraForPretraining, ElectraModel, build_model
+from electra.model import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,13 @@ _HF_PREFIXES = {
         ("generator.electra.", "electra."),
         ("generator.generator_predictions.", "generator_predictions."),
         ("generator.lm_head_bias", "generator_lm_head.bias"),
+    ],
+    # the MLM baseline (objective.kind mlm): one ElectraForMaskedLM with the discriminator's sizes
+    "masked_lm": [
+        ("embeddings.", "electra.embeddings."),
+        ("masked_lm.electra.", "electra."),
+        ("masked_lm.generator_predictions.", "generator_predictions."),
+        ("masked_lm.lm_head_bias", "generator_lm_head.bias"),
     ],
 }
 _IGNORED_HF_KEYS = ("position_ids", "token_type_ids")  # stale buffers in older files
@@ -82,8 +89,9 @@ def model_config_from_hf(disc: dict, gen: dict | None) -> ModelConfig:
 
 
 def hf_config(cfg: ModelConfig, which: str) -> dict:
-    """transformers `ElectraConfig` fields for the discriminator or the generator."""
-    size = cfg.discriminator if which == "discriminator" else cfg.generator
+    """transformers `ElectraConfig` fields for the discriminator, the generator, or the MLM baseline ("masked_lm",
+    an ElectraForMaskedLM of the discriminator's size)."""
+    size = cfg.generator if which == "generator" else cfg.discriminator
     arch = "ElectraForPreTraining" if which == "discriminator" else "ElectraForMaskedLM"
     return dict(
         architectures=[arch],
@@ -139,15 +147,27 @@ def from_hf(
     gen_cfg, gen_state = read_hf_dir(generator_dir)
     model_cfg = model_config_from_hf(disc_cfg, gen_cfg)
     model = build_model(PretrainConfig(model=model_cfg, objective=objective or ObjectiveConfig()))
+    parts = [("discriminator", disc_state, discriminator_dir), ("generator", gen_state, generator_dir)]
+    return _load_parts(model, parts)
+
+
+def masked_lm_from_hf(folder: str | Path) -> MaskedLMForPretraining:
+    """The MLM baseline (objective.kind mlm) from a transformers ElectraForMaskedLM folder, in eval mode."""
+    cfg, state = read_hf_dir(folder)
+    model_cfg = model_config_from_hf(cfg, None)
+    return _load_parts(build_model(PretrainConfig(model=model_cfg, objective=ObjectiveConfig(kind="mlm"))),
+                       [("masked_lm", state, folder)])  # fmt: skip
+
+
+def _load_parts(model, parts: list[tuple[str, dict[str, Tensor], str | Path]]):
+    """Load the HF state dicts `parts` ((prefix set, state, folder) each) into `model`, checking every name and
+    shape; the first part's copy of the shared embeddings wins, the tied output weight is re-tied."""
     ours = model.state_dict()
     loaded: dict[str, Tensor] = {}
-    for which, state, folder in (
-        ("discriminator", disc_state, discriminator_dir),
-        ("generator", gen_state, generator_dir),
-    ):
+    for which, state, folder in parts:
         for key, value in state.items():
             if key == "generator_lm_head.weight":
-                if not torch.equal(value, gen_state.get("electra.embeddings.word_embeddings.weight", value)):
+                if not torch.equal(value, state.get("electra.embeddings.word_embeddings.weight", value)):
                     log.warning("%s: generator_lm_head.weight is not the word table; re-tied to it", folder)
                 continue
             name = _rename(key, _HF_PREFIXES[which], reverse=True)
@@ -163,7 +183,7 @@ def from_hf(
             loaded.setdefault(name, value)
     missing = sorted(set(ours) - set(loaded))
     if missing:
-        raise HFConversionError(f"weights missing from {discriminator_dir} / {generator_dir}: {missing[:5]}")
+        raise HFConversionError(f"weights missing from {' / '.join(str(f) for _, _, f in parts)}: {missing[:5]}")
     model.load_state_dict(loaded)
     return model.eval()
 
@@ -190,27 +210,32 @@ def discriminator_body_from_hf(hf_dir: str | Path) -> tuple[ElectraModel, ModelC
     return body, cfg
 
 
-def to_hf(model: ElectraForPretraining, out_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
-    """Write `out_dir/discriminator` and `out_dir/generator` that transformers loads with no missing keys."""
+def to_hf(model: ElectraForPretraining | MaskedLMForPretraining, out_dir: str | Path,
+          tokenizer_dir: str | Path | None = None) -> Path:  # fmt: skip
+    """Write `out_dir/discriminator` and `out_dir/generator` (the MLM baseline: `out_dir/masked_lm`) that
+    transformers loads with no missing keys."""
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
     out_dir = Path(out_dir)
     state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-    for which, cls in (("discriminator", ElectraForPreTraining), ("generator", ElectraForMaskedLM)):
+    parts = [("discriminator", ElectraForPreTraining), ("generator", ElectraForMaskedLM)]
+    if isinstance(model, MaskedLMForPretraining):
+        parts = [("masked_lm", ElectraForMaskedLM)]
+    for which, cls in parts:
         hf_model = cls(ElectraConfig(**hf_config(model.cfg, which)))
         hf_state = {}
         for key, value in state.items():
             name = _rename(key, _HF_PREFIXES[which])
             if name is not None:
                 hf_state[name] = value
-        if which == "generator":
+        if which != "discriminator":
             hf_state["generator_lm_head.weight"] = state["embeddings.word_embeddings.weight"]
         result = hf_model.load_state_dict(hf_state, strict=False)
         unexpected = list(result.unexpected_keys)
         missing = [k for k in result.missing_keys if not k.endswith(_IGNORED_HF_KEYS)]
         if missing or unexpected:
             raise HFConversionError(f"{which}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        if which == "generator":
+        if which != "discriminator":
             hf_model.tie_weights()
         save_quietly(hf_model, out_dir / which)
         if tokenizer_dir is not None:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from electra.config import ObjectiveConfig
+from electra.config import ObjectiveConfig, masking_split
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: spreads consecutive counters apart
 # Independent random streams per use, so that e.g. the mask/keep coin never correlates with position choice.
-STREAM_POSITIONS, STREAM_KEEP, STREAM_SAMPLE = 1, 2, 3
+STREAM_POSITIONS, STREAM_KEEP, STREAM_SAMPLE, STREAM_RANDOM_TOKEN, STREAM_UNIFORM_MIX = 1, 2, 3, 4, 5
 
 
 def _mul32(x: Tensor, c: int) -> Tensor:
@@ -83,8 +83,10 @@ def mask_tokens(
     num_slots: int,
     mask_token_id: int,
     special_ids: Tensor,
+    vocab_size: int | None = None,
 ) -> MaskedBatch:
-    """Choose positions among non-special, non-pad tokens and hide 85% of them behind [MASK].
+    """Choose positions among non-special, non-pad tokens and hide 85% of them behind [MASK] (ELECTRA), or 80%
+    behind [MASK] and 10% behind a random token of the vocabulary (`vocab_size`; objective.kind mlm, BERT).
 
     fixed (OFF pretrain_helpers.mask): k = max(1, min(N, round(p * non-pad tokens))) slots per sequence, each
     drawn uniformly over the candidates: with replacement as OFF (repeats leave fewer distinct positions), or
@@ -109,8 +111,14 @@ def mask_tokens(
         positions, real = _draw_without_replacement(priority, all_slots, num_slots)
     targets = input_ids.gather(1, positions)
     keep_coin = keyed_uniform(keys, num_slots, STREAM_KEEP)
-    is_masked = real & (keep_coin < objective.mask_token_prob)
+    mask_p, random_p = masking_split(objective)
+    is_masked = real & (keep_coin < mask_p)
     shown = torch.where(is_masked, torch.full_like(targets, mask_token_id), targets)
+    if random_p > 0:
+        if vocab_size is None:
+            raise ValueError("random-token masking (objective.kind mlm) needs the vocabulary size")
+        random_token = uniform_tokens(keys, num_slots, vocab_size, STREAM_RANDOM_TOKEN)
+        shown = torch.where(real & ~is_masked & (keep_coin < mask_p + random_p), random_token, shown)
     return MaskedBatch(
         input_ids=input_ids.scatter(1, positions, shown),
         positions=positions,
@@ -120,6 +128,11 @@ def mask_tokens(
         keys=keys,
         disc_mask=attention_mask.bool() if objective.disc_on_special else candidates,
     )
+
+
+def uniform_tokens(keys: Tensor, n: int, vocab_size: int, stream: int) -> Tensor:
+    """(B, n) token ids drawn uniformly from [0, vocab_size), keyed like everything here."""
+    return (keyed_uniform(keys, n, stream) * vocab_size).long().clamp_(max=vocab_size - 1)
 
 
 def _draw_without_replacement(priority: Tensor, k: Tensor, num_slots: int) -> tuple[Tensor, Tensor]:
@@ -156,7 +169,7 @@ def sample_replacements(
     logits: Tensor,
     targets: Tensor,
     keys: Tensor,
-    temperature: float = 1.0,
+    temperature: float | Tensor = 1.0,
     disallow_correct: bool = False,
     sampler: str = "inverse_cdf",
 ) -> Tensor:
@@ -167,7 +180,7 @@ def sample_replacements(
     inverse CDF is the default because keyed noise over B x N x V entries costs seconds per step on a CPU.
     """
     logits = logits.float()  # fp32 always: pytorch/pytorch#41663
-    if temperature != 1.0:  # at T = 1 the division would be a pass over B x N x V for nothing
+    if isinstance(temperature, Tensor) or temperature != 1.0:  # T = 1: a pass over B x N x V for nothing
         logits = logits / temperature
     if disallow_correct:
         logits = logits.scatter(-1, targets[..., None], float("-inf"))

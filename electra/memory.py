@@ -40,9 +40,13 @@ def backbone_parameters(m: ModelConfig) -> int:
 
 
 def parameter_count(cfg: PretrainConfig) -> int:
-    """Every pretraining parameter: embeddings, both stacks, the generator's and the discriminator's heads."""
+    """Every pretraining parameter: embeddings, both stacks, the generator's and the discriminator's heads (the MLM
+    baseline: embeddings, its stack and its head)."""
     m = cfg.model
     g, d = m.generator, m.discriminator
+    if cfg.objective.kind == "mlm":
+        head = (d.hidden_size + 1) * m.embedding_size + 2 * m.embedding_size + m.vocab_size
+        return embedding_parameters(m) + stack_parameters(m, d) + head
     gen_head = (g.hidden_size + 1) * m.embedding_size + 2 * m.embedding_size + m.vocab_size
     disc_head = (d.hidden_size + 1) * d.hidden_size + d.hidden_size + 1
     return embedding_parameters(m) + stack_parameters(m, g) + stack_parameters(m, d) + gen_head + disc_head
@@ -52,7 +56,8 @@ def estimate_peak_bytes(cfg: PretrainConfig, micro_batch: int) -> float:
     T, b = cfg.data.seq_len, micro_batch
     bytes_per_value = 4 if cfg.train.precision == "fp32" else 2
     activations = 0.0
-    for s in (cfg.model.generator, cfg.model.discriminator):
+    m = cfg.model
+    for s in (m.discriminator,) if cfg.objective.kind == "mlm" else (m.generator, m.discriminator):
         per_layer = T * b * s.hidden_size * (34 + 5 * s.num_heads * T / s.hidden_size)
         activations += s.num_layers * per_layer * bytes_per_value / 2
     head = 3 * cfg.num_mask_slots * b * cfg.model.vocab_size * 4

@@ -8,13 +8,21 @@ Module and parameter names follow transformers' `modeling_electra.py` (`attentio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from electra.config import EncoderSize, ModelConfig, ObjectiveConfig, PretrainConfig
-from electra.masking import MaskedBatch, sample_replacements
+from electra.masking import (
+    STREAM_RANDOM_TOKEN,
+    STREAM_UNIFORM_MIX,
+    MaskedBatch,
+    keyed_uniform,
+    sample_replacements,
+    uniform_tokens,
+)
 
 
 def cheap_dropout(x: Tensor, p: float) -> Tensor:
@@ -188,11 +196,12 @@ class DiscriminatorPredictions(nn.Module):
 
 
 class Generator(nn.Module):
-    """The small masked-LM. Its output layer is the shared word table (passed in) plus its own bias."""
+    """A masked LM: ELECTRA's small generator, or (`size` = the discriminator's) the MLM baseline. Its output
+    layer is the shared word table (passed in) plus its own bias."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, size: EncoderSize | None = None):
         super().__init__()
-        size = cfg.generator
+        size = size or cfg.generator
         self.electra = Transformer(size, cfg)
         self.generator_predictions = GeneratorPredictions(size, cfg)
         self.lm_head_bias = nn.Parameter(torch.zeros(cfg.vocab_size))  # HF: generator_lm_head.bias
@@ -206,6 +215,31 @@ class Discriminator(nn.Module):
         super().__init__()
         self.electra = Transformer(cfg.discriminator, cfg)
         self.discriminator_predictions = DiscriminatorPredictions(cfg.discriminator)
+
+
+def init_weights(module: nn.Module, cfg: ModelConfig) -> None:
+    """Zero biases, unit LayerNorms, and weights by `cfg.init`: "normal" is normal(0, std) (transformers);
+    "original" is OFF's: truncated normal(0, std) cut at 2 std (modeling.py create_initializer, i.e.
+    tf.truncated_normal_initializer), except the two dense layers OFF builds with no initializer, which get
+    TF's default Glorot uniform: `embeddings_project` (modeling.py BertModel) and the discriminator's output
+    layer (run_pretraining.py _get_discriminator_output). `apply` visits children before their parent, so
+    the parents below overwrite what their Linear children got."""
+    std = cfg.initializer_range
+    original = cfg.init == "original"
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        if original:
+            nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+        else:
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    if original and isinstance(module, Transformer) and isinstance(module.embeddings_project, nn.Linear):
+        nn.init.xavier_uniform_(module.embeddings_project.weight)
+    if original and isinstance(module, DiscriminatorPredictions):
+        nn.init.xavier_uniform_(module.dense_prediction.weight)
 
 
 STAT_NAMES = (
@@ -240,31 +274,16 @@ class ElectraForPretraining(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.generator = Generator(cfg)
         self.discriminator = Discriminator(cfg)
-        self.apply(self._init_weights)
+        self.register_buffer("temperature", torch.tensor(self.objective.temperature), persistent=False)
+        self.apply(partial(init_weights, cfg=cfg))
 
-    def _init_weights(self, module: nn.Module) -> None:
-        """Zero biases, unit LayerNorms, and weights by `cfg.init`: "normal" is normal(0, std) (transformers);
-        "original" is OFF's: truncated normal(0, std) cut at 2 std (modeling.py create_initializer, i.e.
-        tf.truncated_normal_initializer), except the two dense layers OFF builds with no initializer, which get
-        TF's default Glorot uniform: `embeddings_project` (modeling.py BertModel) and the discriminator's output
-        layer (run_pretraining.py _get_discriminator_output). `apply` visits children before their parent, so
-        the parents below overwrite what their Linear children got."""
-        std = self.cfg.initializer_range
-        original = self.cfg.init == "original"
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            if original:
-                nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
-            else:
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-        if isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-        if original and isinstance(module, Transformer) and isinstance(module.embeddings_project, nn.Linear):
-            nn.init.xavier_uniform_(module.embeddings_project.weight)
-        if original and isinstance(module, DiscriminatorPredictions):
-            nn.init.xavier_uniform_(module.dense_prediction.weight)
+    def set_temperature(self, temperature: float) -> None:
+        """The sampling temperature from now on (objective.temperature_start's schedule; in place: no recompile)."""
+        self.temperature.fill_(temperature)
+
+    def fine_tuning_body(self) -> Transformer:
+        """What fine-tuning starts from, with the shared embeddings: the discriminator."""
+        return self.discriminator.electra
 
     # -- full-sequence views, for comparisons with transformers and for inspection ------------------------------
 
@@ -311,9 +330,14 @@ class ElectraForPretraining(nn.Module):
         mlm_sum = (ce.view(B, N) * masked.weights).sum()
 
         # Sample replacements (no gradient flows back into the generator through them).
+        temperature = self.temperature if obj.temperature_start is not None else obj.temperature  # buffer: schedule
         sampled = sample_replacements(
-            gen_logits, masked.targets, masked.keys, obj.temperature, obj.disallow_correct, obj.sampler
+            gen_logits, masked.targets, masked.keys, temperature, obj.disallow_correct, obj.sampler
         )
+        if obj.uniform_replace_prob > 0:  # easy replacements mixed in: uniform tokens instead of some samples
+            coin = keyed_uniform(masked.keys, N, STREAM_UNIFORM_MIX)
+            random_token = uniform_tokens(masked.keys, N, self.cfg.vocab_size, STREAM_RANDOM_TOKEN)
+            sampled = torch.where(coin < obj.uniform_replace_prob, random_token, sampled)
         replace = masked.weights > 0
         if obj.replace == "masked":
             replace = replace & masked.is_masked
@@ -387,15 +411,71 @@ class ElectraModel(Transformer):
         return super().forward(self.embeddings(input_ids, token_type_ids), attention_bias(attention_mask))
 
     @classmethod
-    def from_pretraining(cls, model: ElectraForPretraining) -> ElectraModel:
-        """A copy of a pretraining model's discriminator body (shared embeddings included)."""
+    def from_pretraining(cls, model: ElectraForPretraining | MaskedLMForPretraining) -> ElectraModel:
+        """A copy of a pretraining model's body for fine-tuning (shared embeddings included): ELECTRA's
+        discriminator, or the MLM baseline's encoder."""
         body = cls(model.cfg)
         state = {f"embeddings.{k}": v for k, v in model.embeddings.state_dict().items()}
-        state.update(model.discriminator.electra.state_dict())
+        state.update(model.fine_tuning_body().state_dict())
         body.load_state_dict(state)
         return body
 
 
-def build_model(cfg: PretrainConfig) -> ElectraForPretraining:
-    """The pretraining model a config describes: the one place where it is constructed (fresh weights)."""
+class MaskedLMForPretraining(nn.Module):
+    """BERT's masked language model (Devlin et al. 2019) at the discriminator's size: the baseline the ELECTRA
+    paper compares with, in the same code. The encoder is as large as ELECTRA's discriminator, its output layer
+    is the word table (tied) plus a bias, and, as ELECTRA's generator, its head runs only at the masked slots.
+    transformers: ElectraForMaskedLM with the discriminator's sizes."""
+
+    def __init__(self, cfg: ModelConfig, objective: ObjectiveConfig | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.objective = objective or ObjectiveConfig(kind="mlm")
+        self.embeddings = Embeddings(cfg)
+        self.masked_lm = Generator(cfg, cfg.discriminator)
+        self.apply(partial(init_weights, cfg=cfg))
+
+    def fine_tuning_body(self) -> Transformer:
+        return self.masked_lm.electra
+
+    def generator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """(B, T, V) masked-LM logits at every position (training computes them only at masked slots)."""
+        h = self.masked_lm.electra(self.embeddings(input_ids, token_type_ids), attention_bias(attention_mask))
+        return self.masked_lm.logits(h, self.embeddings.word_embeddings.weight)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None,
+        token_type_ids: Tensor | None,
+        masked: MaskedBatch,
+        mlm_norm: Tensor | float | None = None,
+        disc_norm: Tensor | float | None = None,
+    ) -> PretrainOutput:
+        """The MLM loss at the masked slots (ELECTRA's interface: `disc_norm` is ignored, the discriminator's
+        outputs are empty and its statistics zero, so its metrics come out undefined)."""
+        B, N = masked.positions.shape
+        h = self.masked_lm.electra(self.embeddings(masked.input_ids, token_type_ids), attention_bias(attention_mask))
+        h = h.gather(1, masked.positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, N, H)
+        logits = self.masked_lm.logits(h, self.embeddings.word_embeddings.weight)  # (B, N, V)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), masked.targets.flatten(), reduction="none")
+        mlm_sum = (ce.view(B, N) * masked.weights).sum()
+        with torch.no_grad():
+            w = masked.weights
+            zero = mlm_sum.new_zeros(())
+            stats = {name: zero for name in STAT_NAMES}
+            stats.update(mlm_loss_sum=mlm_sum.detach(), mlm_count=w.sum(),
+                         mlm_correct=((logits.argmax(-1) == masked.targets).float() * w).sum(),
+                         sampled_correct=zero + float("nan"))  # fmt: skip
+        mlm_loss = mlm_sum / (stats["mlm_count"].clamp(min=1) if mlm_norm is None else mlm_norm)
+        empty = torch.zeros_like(input_ids, dtype=torch.float)
+        return PretrainOutput(mlm_loss, mlm_loss, mlm_loss.new_zeros(()), stats, empty, empty, masked.disc_mask)
+
+
+def build_model(cfg: PretrainConfig) -> ElectraForPretraining | MaskedLMForPretraining:
+    """The pretraining model a config describes (objective.kind): the one place where one is constructed."""
+    if cfg.objective.kind == "mlm":
+        return MaskedLMForPretraining(cfg.model, cfg.objective)
     return ElectraForPretraining(cfg.model, cfg.objective)

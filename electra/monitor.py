@@ -40,7 +40,7 @@ def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torc
 def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, special: torch.Tensor):
     return mask_tokens(
         batch["input_ids"], batch["attention_mask"], batch["example_ids"], cfg.train.seed, cfg.objective,
-        cfg.num_mask_slots, tokens.mask_id, special,
+        cfg.num_mask_slots, tokens.mask_id, special, tokens.vocab_size,
     )  # fmt: skip
 
 
@@ -88,6 +88,9 @@ def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev,
     """Evaluate on the held-out set, log it, and update the collapse flag in `meta` and RUN/run.json."""
     metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast)
     write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
+    if cfg.objective.kind != "electra":  # no discriminator to collapse
+        write_atomic(run_dir / "run.json", meta.to_json())
+        return
     meta.collapse_streak = meta.collapse_streak + 1 if is_collapsed(metrics) else 0
     if meta.collapse_streak >= cfg.train.collapse_patience:
         if not meta.collapsed:

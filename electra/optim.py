@@ -19,16 +19,19 @@ from electra.config import TrainConfig
 NO_DECAY = ("LayerNorm", "layer_norm", "bias")  # OFF optimization.py exclude_from_weight_decay
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed weights, and LayerNorm parameters and biases without decay."""
-    decay, no_decay = [], []
+def param_groups(model: nn.Module, weight_decay: float, generator_lr_scale: float = 1.0) -> list[dict]:
+    """Decayed weights, and LayerNorm parameters and biases without decay; with a generator lr scale other than
+    1, the generator's parameters in two more groups whose `lr_scale` multiplies the learning rate."""
+    groups: dict[tuple[bool, bool], list] = {}
     for name, p in model.named_parameters():
         if p.requires_grad:
-            (no_decay if any(key in name for key in NO_DECAY) else decay).append(p)
+            scaled = generator_lr_scale != 1.0 and name.startswith("generator.")
+            groups.setdefault((scaled, not any(key in name for key in NO_DECAY)), []).append(p)
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+        {"params": groups[key], "weight_decay": weight_decay if key[1] else 0.0,
+         "lr_scale": generator_lr_scale if key[0] else 1.0}
+        for key in ((False, True), (False, False), (True, True), (True, False)) if key in groups
+    ]  # fmt: skip
 
 
 class AdamNoBiasCorrection(torch.optim.AdamW):
@@ -73,7 +76,7 @@ class AdamNoBiasCorrection(torch.optim.AdamW):
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay)
+    groups = param_groups(model, cfg.weight_decay, cfg.generator_lr_scale)
     betas = (cfg.beta1, cfg.beta2)
     # Fused on CPU and CUDA: one kernel for all tensors, and an update that can be skipped without a host sync.
     fused = device.type in ("cpu", "cuda")
@@ -135,4 +138,4 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from electra import checkpoint as ckpt_io
 from electra.checkpoint import RunMeta
-from electra.config import PretrainConfig
+from electra.config import PretrainConfig, temperature_at
 from electra.data import PretrainingData, TokenizerInfo, open_pretraining_data
 from electra.files import write_atomic
 from electra.masking import MaskedBatch
@@ -316,6 +316,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
         for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
             set_learning_rate(run.optimizer, lr)
+            if cfg.objective.temperature_start is not None:
+                run.raw_model.set_temperature(temperature_at(step, cfg.objective))
             batches, masked = step_batches(run, step)
             out = train_step(run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast,
                              t.grad_clip)  # fmt: skip
