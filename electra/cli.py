@@ -253,6 +253,47 @@ def _run_glue(args: argparse.Namespace) -> int:
     return 0 if run_sweep(spec).ok else 1
 
 
+# -- study ------------------------------------------------------------------------------------------------------
+
+
+def _add_study(p: argparse.ArgumentParser) -> None:
+    from electra.study import StudySpec
+
+    d = StudySpec(out="")
+    p.add_argument("--out", required=True, help="the study folder; rerunning with the same folder resumes")
+    p.add_argument("--base", default=d.base, help="pretraining preset or YAML file every setting starts from")
+    p.add_argument("--data", default=None, help="a prepared corpus (default: the built-in synthetic language)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pretraining override, all settings")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="the grid, e.g. --vary objective.kind=electra,mlm,none (repeatable: the product)")  # fmt: skip
+    p.add_argument("--budget", default=d.budget,
+                   help="per setting: steps[=N] (default: the preset's max_steps), flops=F (official ELECTRA "
+                   "accounting) or seconds=S (timed on this device first)")  # fmt: skip
+    p.add_argument("--tasks", default=d.tasks, help="GLUE tasks and/or task folders (default: sst2,mrpc,rte,wnli)")
+    p.add_argument("--glue-dir", default=None, help="GLUE data in the original TSV layout")
+    p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
+    p.add_argument("--recipe", default=d.recipe, help="fine-tuning recipe (default: off)")
+    p.add_argument("--finetune-set", action="append", default=[], metavar="finetune.KEY=VALUE",
+                   help="fine-tuning override (repeatable)")  # fmt: skip
+    p.add_argument("--parallel", type=int, default=1, help="pretraining runs at once (CPU threads are split)")
+    p.add_argument("--device", default=None, help="e.g. cpu, cuda (default: cuda if available)")
+    p.add_argument("--description", default="", help="a line for the report")
+
+
+def _run_study(args: argparse.Namespace) -> int:
+    from electra.study import StudySpec, run_study
+
+    spec = StudySpec(
+        out=args.out, base=args.base, overrides=args.set, vary=args.vary, budget=args.budget, data=args.data,
+        tasks=args.tasks, glue_dir=args.glue_dir, seeds=_parse_seeds(args.seeds), recipe=args.recipe,
+        finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
+        device=args.device,
+    )  # fmt: skip
+    report = run_study(spec)
+    print(f"report: {report / 'report.md'}")
+    return 0
+
+
 # -- report -----------------------------------------------------------------------------------------------------
 
 
@@ -428,6 +469,7 @@ COMMANDS: dict[str, Handlers] = {
     "data": ("prepare a tokenized pretraining corpus", _add_data, _run_data),
     "pretrain": ("pretrain ELECTRA (generator + discriminator)", _add_pretrain, _run_pretrain),
     "glue": ("fine-tune and evaluate on GLUE over several seeds, with a report", _add_glue, _run_glue),
+    "study": ("a grid of pretraining runs at equal budget, each fine-tuned, with a report", _add_study, _run_study),
     "report": ("report.md with figures for runs, GLUE sweeps and studies", _add_report, _run_report),
     "export-hf": ("write a run's model in transformers format", _add_export_hf, _run_export_hf),
     "import-hf": ("make a run folder from transformers ELECTRA folders", _add_import_hf, _run_import_hf),

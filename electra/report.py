@@ -64,11 +64,13 @@ def _fmt(v: float | None, digits: int = 2) -> str:
 def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[str]:
     lines = ["# Report", ""]
     if study is not None:
+        if study.get("description"):
+            lines += [study["description"], ""]
+        steps = ", ".join(f"{s['name']}: {s['steps']:,}" for s in study.get("settings", []))
         lines += [
-            f"Study: {study.get('description', '')}".rstrip(),
-            "",
-            f"Budget: {study.get('budget', {})}. Tasks: {', '.join(study.get('tasks', []))}; seeds: "
-            f"{study.get('seeds')}. Code revision: `{study.get('code_revision', 'unknown')}`.",
+            f"Budget per setting: {study.get('budget')} (optimizer steps: {steps}). Fine-tuned on "
+            f"{', '.join(study.get('tasks', []))} with seeds {study.get('seeds')}. Code revision: "
+            f"`{study.get('code_revision', 'unknown')}`.",
             "",
         ]
     baseline = next((e for e in entries if e.pretrain is None and e.glue), None)

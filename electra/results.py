@@ -227,7 +227,8 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
         if (p / "study.json").exists():
             study = json.loads((p / "study.json").read_text())
             for s in study["settings"]:
-                run = p / s["pretrain"] if s.get("pretrain") else None
+                # objective.kind=none: a freshly initialised model, no pretraining to judge
+                run = p / s["pretrain"] if s.get("pretrain") and s.get("kind") != "none" else None
                 glue = p / s["glue"]
                 pretrain = read_pretrain_run(run) if run is not None and (run / "config.yaml").exists() else None
                 entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {})))

@@ -1,0 +1,305 @@
+"""`electra study`: a grid of pretraining runs at an equal budget, each fine-tuned on GLUE over seeds, then one
+report: the reproduction study's experiments (generator size, ELECTRA vs MLM vs none) as one command.
+
+    electra study --base tiny --data runs/wiki --vary model.generator_fraction=0.125,0.25,0.5,0.75,1.0 \\
+        --budget flops=1e14 --tasks sst2,mrpc,rte,wnli --glue-dir ../shared/data/glue --seeds 3 --out runs/gen
+    electra study --base tiny --vary objective.kind=electra,mlm,none --budget seconds=1800 ... --out runs/obj
+
+    STUDY/study.json            the spec, the settings with their steps, the code revision
+    STUDY/runs/NAME/pretrain/   each setting's pretraining run (objective.kind=none: a step-0 checkpoint, i.e.
+                                random initialisation, the no-pretraining baseline)
+    STUDY/runs/NAME/glue/       its GLUE sweep (electra glue)
+    STUDY/report/               report.md and figures (electra report)
+
+Budgets are made equal before anything runs, by giving each setting its number of optimizer steps: `steps=N`
+directly; `flops=F` by the official ELECTRA accounting of one step of that setting (so a cheaper objective gets
+more steps); `seconds=S` by timing a few real training steps of each setting on this device first (the rate is
+recorded; on a shared machine it is only as good as the machine is quiet). A rerun with the same --out skips what
+is finished and resumes the rest bit for bit (pretraining from its checkpoints, GLUE sweeps run by run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from electra.config import ConfigError, PretrainConfig, load_config
+from electra.files import write_json
+
+log = logging.getLogger("electra.study")
+
+BUDGET_KINDS = ("steps", "flops", "seconds")
+CALIBRATION_STEPS = 5  # timed steps per setting for a seconds budget (after 2 untimed)
+
+
+@dataclass
+class StudySpec:
+    """Everything that defines a study; study.json keeps it, and a rerun must ask for the same."""
+
+    out: str
+    base: str = "tiny"
+    """Pretraining preset or YAML file every setting starts from."""
+    overrides: list[str] = field(default_factory=list)
+    """`section.key=value` for every setting."""
+    vary: list[str] = field(default_factory=list)
+    """`section.key=v1,v2,...`, repeatable: the settings are the product of the lists."""
+    budget: str = "steps"
+    """`steps`, `flops=F`, `seconds=S` or `steps=N` (plain `steps`: the base config's max_steps)."""
+    data: str | None = None
+    """A prepared corpus (data.path); None: the built-in synthetic language."""
+    tasks: str = "sst2,mrpc,rte,wnli"
+    glue_dir: str | None = None
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    recipe: str = "off"
+    """The fine-tuning recipe (electra glue --recipe)."""
+    finetune_overrides: list[str] = field(default_factory=list)
+    description: str = ""
+    parallel: int = 1
+    """Pretraining runs at once (CPU threads are split between them)."""
+    device: str | None = None
+
+
+# the fields that may change between a study's invocations without changing what it computes
+_NOT_FINGERPRINTED = ("parallel", "device", "description", "out")
+
+
+@dataclass
+class Setting:
+    name: str
+    values: dict[str, str]
+    """What the grid set for this setting: key -> value as written."""
+    kind: str
+    """objective.kind: electra, mlm or none."""
+    steps: int = 0
+    seconds_per_step: float | None = None
+    """Measured for a seconds budget."""
+
+    def overrides(self, spec: StudySpec) -> list[str]:
+        values = [f"{k}={v}" for k, v in self.values.items() if k != "objective.kind" or v != "none"]
+        steps = [f"train.max_steps={self.steps}"] if self.steps else []
+        data = [f"data.path={spec.data}"] if spec.data else []
+        return [*spec.overrides, *data, *values, *steps]
+
+    def config(self, spec: StudySpec) -> PretrainConfig:
+        return load_config(spec.base, self.overrides(spec))
+
+
+# -- the grid and its budget ---------------------------------------------------------------------------------------
+
+
+def grid(spec: StudySpec) -> list[Setting]:
+    """The settings: the product of the --vary lists, in the order given (one setting without --vary)."""
+    axes = []
+    for item in spec.vary:
+        key, sep, values = item.partition("=")
+        choices = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not choices:
+            raise ConfigError(f"--vary {item!r}: expected section.key=value1,value2,...")
+        axes.append((key.strip(), choices))
+    settings = []
+    for combo in itertools.product(*(choices for _, choices in axes)):
+        values = {key: value for (key, _), value in zip(axes, combo, strict=True)}
+        name = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items()) or "base"
+        settings.append(Setting(name, values, kind=values.get("objective.kind", "electra")))
+    if len({s.name for s in settings}) != len(settings):
+        raise ConfigError("--vary: two settings get the same name; vary keys with distinct last parts")
+    return settings
+
+
+def parse_budget(text: str) -> tuple[str, float | None]:
+    kind, _, value = text.partition("=")
+    if kind not in BUDGET_KINDS:
+        raise ConfigError(f"--budget {text!r}: expected steps[=N], flops=F or seconds=S")
+    if not value:
+        if kind != "steps":
+            raise ConfigError(f"--budget {text!r}: {kind} needs a value, e.g. {kind}=1e14")
+        return kind, None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"--budget {text!r}: {value!r} is not a number") from None
+    if not number > 0:
+        raise ConfigError(f"--budget {text!r}: must be positive")
+    return kind, number
+
+
+def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
+    """Give every setting its number of optimizer steps under the budget (0 for objective.kind=none)."""
+    from electra.flops import off_train_flops
+
+    kind, value = parse_budget(spec.budget)
+    for s in settings:
+        if s.kind == "none":
+            s.steps = 0
+            continue
+        cfg = s.config(spec)
+        if kind == "steps":
+            s.steps = int(value) if value is not None else cfg.train.max_steps
+        elif kind == "flops":
+            s.steps = int(value // off_train_flops(cfg, 1))
+        else:
+            s.seconds_per_step = seconds_per_step(cfg, spec.device)
+            s.steps = int(value // s.seconds_per_step)
+        if s.steps < 1:
+            raise ConfigError(f"setting {s.name}: the budget {spec.budget} does not pay for one step")
+
+
+def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
+    """Median seconds of a real training step of `cfg` (the loop's `train_step`) on `device`."""
+    import torch
+
+    from electra.bench import make_pretrain_step, sync
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    step = make_pretrain_step("ours", cfg, cfg.train.batch_size, dev, "fp32", compile=False)
+    times = []
+    for i in range(2 + CALIBRATION_STEPS):
+        sync(dev)
+        start = time.perf_counter()
+        step(i)
+        sync(dev)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# -- running ----------------------------------------------------------------------------------------------------
+
+
+def fingerprint(spec: StudySpec) -> str:
+    fields = {k: v for k, v in dataclasses.asdict(spec).items() if k not in _NOT_FINGERPRINTED}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run_dir(spec: StudySpec, setting: Setting) -> Path:
+    return Path(spec.out) / "runs" / setting.name
+
+
+def start(spec: StudySpec) -> list[Setting]:
+    """The settings with their steps: from study.json when this study exists (refused if it asked for other
+    things), else computed now and written."""
+    from electra.pretrain import code_revision
+
+    path = Path(spec.out) / "study.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved["fingerprint"] != fingerprint(spec):
+            raise ConfigError(f"{path}:1: this folder holds a study with other settings; use another --out")
+        return [Setting(**s["setting_state"]) for s in saved["settings"]]
+    settings = grid(spec)
+    assign_steps(spec, settings)
+    for s in settings:
+        s.config(spec)  # every setting's config is valid before anything runs
+    write_json(path, {
+        "description": spec.description, "fingerprint": fingerprint(spec), "spec": dataclasses.asdict(spec),
+        "budget": spec.budget, "tasks": spec.tasks.split(","), "seeds": spec.seeds,
+        "code_revision": code_revision(),
+        "settings": [{"name": s.name, "setting": s.values, "kind": s.kind, "steps": s.steps,
+                      "seconds_per_step": s.seconds_per_step, "pretrain": f"runs/{s.name}/pretrain",
+                      "glue": f"runs/{s.name}/glue", "setting_state": dataclasses.asdict(s)} for s in settings],
+    }, indent=1)  # fmt: skip
+    return settings
+
+
+def pretrained(run: Path, steps: int) -> bool:
+    meta = run / "run.json"
+    return meta.exists() and json.loads(meta.read_text()).get("step") == steps
+
+
+def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int | None = None) -> int:
+    """One setting's pretraining (resumed from its checkpoints if it has any); `threads`: in a worker process,
+    its share of the CPU cores."""
+    import torch
+
+    from electra.checkpoint import list_checkpoints
+    from electra.config import from_dict
+    from electra.pretrain import pretrain
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    meta = pretrain(from_dict(cfg_dict), run, resume="auto" if list_checkpoints(run) else None, device=device)
+    return meta.step
+
+
+def initialise(cfg: PretrainConfig, run: Path) -> None:
+    """The no-pretraining baseline: a step-0 checkpoint of freshly initialised weights, with the tokenizer of the
+    data, in a folder that `electra glue --model` takes like any run."""
+    from electra.checkpoint import RunMeta, checkpoint_dir, save_config, save_model_checkpoint
+    from electra.data import open_pretraining_data
+    from electra.model import build_model
+
+    tokens = open_pretraining_data(cfg.data, cfg.train.seed).tokens
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=tokens.vocab_size))
+    import torch
+
+    torch.manual_seed(cfg.train.seed)
+    save_config(cfg, run / "config.yaml")
+    if tokens.path is not None and not (run / "tokenizer").exists():
+        shutil.copytree(tokens.path, run / "tokenizer")
+    save_model_checkpoint(build_model(cfg), cfg, checkpoint_dir(run, 0))
+    (run / "run.json").write_text(RunMeta().to_json())
+
+
+def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
+    todo = []
+    for s in settings:
+        run = run_dir(spec, s) / "pretrain"
+        if s.kind == "none":
+            if not (run / "run.json").exists():
+                initialise(s.config(spec), run)
+        elif not pretrained(run, s.steps):
+            todo.append((s, run))
+    if not todo:
+        return
+    workers = max(1, min(spec.parallel, len(todo)))
+    if workers == 1:  # in this process, with its threads
+        for s, run in todo:
+            print(f"== pretraining {s.name}: {s.steps} steps -> {run}", flush=True)
+            _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device)
+        return
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    import multiprocessing
+
+    print(f"== pretraining {len(todo)} settings, {workers} at a time ({threads} threads each)", flush=True)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads)
+                   for s, run in todo]  # fmt: skip
+        for f in futures:
+            f.result()  # re-raises a worker's error
+
+
+def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
+    from electra.config import load_finetune_config
+    from electra.glue.sweep import SweepSpec, run_sweep
+
+    finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    for s in settings:
+        rdir = run_dir(spec, s)
+        print(f"== fine-tuning {s.name} on {spec.tasks} ({len(spec.seeds)} seeds)", flush=True)
+        result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=spec.tasks.split(","),
+                                     glue_dir=spec.glue_dir, seeds=list(spec.seeds), finetune=finetune,
+                                     recipe=spec.recipe, device=spec.device or "auto", num_workers=spec.parallel,
+                                     progress=False))  # fmt: skip
+        if not result.ok:
+            log.warning("%s: some fine-tuning runs failed (%s); run the study again to retry them", s.name,
+                        [f"{f['task']} seed {f['seed']}" for f in result.failed])  # fmt: skip
+
+
+def run_study(spec: StudySpec) -> Path:
+    """Pretrain every setting, fine-tune each, write the report; returns the report folder."""
+    from electra.report import write_report
+
+    settings = start(spec)
+    pretrain_all(spec, settings)
+    finetune_all(spec, settings)
+    return write_report([spec.out], Path(spec.out) / "report")

@@ -1,0 +1,170 @@
+"""`electra study` and `electra report` at toy scale on CPU: the grid and its equal budgets, the files a study
+writes, the report's numbers against `electra flops` and the runs' own metrics, the gate, a killed study resumed,
+and parallel pretraining equal to sequential."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from electra.checkpoint import list_checkpoints
+from electra.config import ConfigError
+from electra.data.synthetic_tasks import write_synthetic_tasks
+from electra.flops import flops_report, off_train_flops
+from electra.report import write_report
+from electra.results import gate, read_pretrain_run
+from electra.study import StudySpec, grid, run_study, start
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAIN = ["train.batch_size=8", "train.log_every=4", "train.eval_every=8", "train.eval_batches=2",
+            "train.save_every=4", "train.warmup_steps=2"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> str:
+    folders = write_synthetic_tasks(tmp_path_factory.mktemp("tasks"))
+    return ",".join(str(p) for p in folders[:2])  # syn-agree, syn-topic
+
+
+def spec(out: Path, tasks: str, **changes) -> StudySpec:
+    base = dict(out=str(out), base="tiny", overrides=PRETRAIN, vary=["objective.kind=electra,mlm,none"],
+                budget="flops=6e9", tasks=tasks, seeds=[0], finetune_overrides=["finetune.max_steps=6"])  # fmt: skip
+    return StudySpec(**{**base, **changes})
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, tasks) -> Path:
+    out = tmp_path_factory.mktemp("study") / "s"
+    run_study(spec(out, tasks))
+    return out
+
+
+def test_the_grid_is_the_product_of_the_lists_in_order():
+    s = StudySpec(out="x", vary=["model.generator_fraction=0.25,0.5", "objective.temperature=1,3"])
+    assert [g.name for g in grid(s)] == [
+        "generator_fraction=0.25,temperature=1", "generator_fraction=0.25,temperature=3",
+        "generator_fraction=0.5,temperature=1", "generator_fraction=0.5,temperature=3",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="expected section.key=value1,value2"):
+        grid(StudySpec(out="x", vary=["objective.kind"]))
+
+
+def test_a_flops_budget_gives_each_setting_the_steps_it_pays_for(tmp_path, tasks):
+    settings = start(spec(tmp_path / "s", tasks))
+    by_kind = {s.kind: s for s in settings}
+    assert by_kind["none"].steps == 0
+    for kind in ("electra", "mlm"):
+        cfg = by_kind[kind].config(spec(tmp_path / "s", tasks))
+        per_step = off_train_flops(cfg, 1)
+        assert by_kind[kind].steps == int(6e9 // per_step)
+        assert by_kind[kind].steps * per_step <= 6e9 < (by_kind[kind].steps + 1) * per_step
+    assert by_kind["mlm"].steps > by_kind["electra"].steps  # the MLM step is cheaper: equal FLOPs, more steps
+    # the study folder now holds this spec: another is refused
+    with pytest.raises(ConfigError, match="holds a study with other settings"):
+        start(spec(tmp_path / "s", tasks, budget="steps=3"))
+
+
+def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sources(study):
+    meta = json.loads((study / "study.json").read_text())
+    assert [s["name"] for s in meta["settings"]] == ["kind=electra", "kind=mlm", "kind=none"]
+    report = (study / "report" / "report.md").read_text()
+    for s in meta["settings"]:
+        run = study / s["pretrain"]
+        assert (study / s["glue"] / "results.json").exists()
+        if s["kind"] == "none":
+            assert [p.name for p in list_checkpoints(run)] == ["step_00000000"]  # random initialisation
+            continue
+        assert json.loads((run / "run.json").read_text())["step"] == s["steps"]
+        # the compute table's FLOPs are what `electra flops` prints for the run's config and steps
+        total = flops_report(read_pretrain_run(run).cfg, s["steps"])["total_flops"]
+        row = re.search(rf"^\| {re.escape(s['name'])} \| {s['steps']:,} \| [\d,]+ \| ([^ |]+) \|", report, re.M)
+        assert row is not None and float(row.group(1)) == pytest.approx(total, rel=5e-3)
+        assert (study / "report" / f"dynamics-kind-{s['kind']}.png").stat().st_size > 10_000
+    for figure in ("glue.png", "efficiency-flops.png", "efficiency-params.png"):
+        assert (study / "report" / figure).stat().st_size > 10_000
+    # results.json: `electra glue`'s schema for the first setting, every setting under "settings"
+    results = json.loads((study / "report" / "results.json").read_text())
+    first = json.loads((study / "runs" / "kind=electra" / "glue" / "results.json").read_text())
+    assert {k: results[k] for k in ("tasks", "scores", "missing")} == first
+    assert set(results["settings"]) == {"kind=electra", "kind=mlm", "kind=none"}
+    assert "| kind=none | none (random initialisation) | not pretrained |" in report
+
+
+def test_a_dynamics_figure_is_drawn_from_the_runs_metrics(study, tmp_path):
+    run = study / "runs" / "kind=electra" / "pretrain"
+    first = write_report([run], tmp_path / "a") / "dynamics-pretrain.png"
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    changed = tmp_path / "run"
+    changed.mkdir()
+    for name in ("config.yaml", "run.json"):
+        (changed / name).write_text((run / name).read_text())
+    edited = [json.loads(line) for line in lines]
+    edited[0]["mlm_loss"] = 100.0  # one point moved
+    (changed / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in edited) + "\n")
+    second = write_report([changed], tmp_path / "b") / "dynamics-run.png"
+    again = write_report([run], tmp_path / "c") / "dynamics-pretrain.png"
+    assert first.read_bytes() == again.read_bytes()  # deterministic ...
+    assert first.read_bytes() != second.read_bytes()  # ... and it moves with the metrics
+
+
+def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
+    run = read_pretrain_run(study / "runs" / "kind=electra" / "pretrain")
+    run.evals[-1].update(eval_mlm_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75)
+    assert gate(run).learned is True
+    run.evals[-1].update(eval_disc_auc=0.58)  # the discriminator never left the plateau
+    verdict = gate(run)
+    assert verdict.learned is False and "discriminator AUC 0.58 not > 0.6" in verdict.describe()
+    run.evals[-1].update(eval_disc_auc=0.75, eval_mlm_accuracy=0.19)  # the generator predicts the unigram mode
+    assert gate(run).learned is False
+    assert gate(None).learned is None
+
+
+@pytest.mark.slow
+def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path):
+    """SIGKILL the study right after its first pretraining run finished; running it again completes it, and every
+    setting's weights and GLUE results equal the uninterrupted study's."""
+    out = tmp_path / "s"
+    s = spec(out, tasks)
+    args = [sys.executable, "-m", "electra.cli", "study", "--out", str(out), "--base", "tiny",
+            "--vary", s.vary[0], "--budget", s.budget, "--tasks", tasks, "--seeds", "1",
+            "--finetune-set", s.finetune_overrides[0], *[a for o in PRETRAIN for a in ("--set", o)]]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = out / "runs" / "kind=electra" / "pretrain" / "run.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if first.exists() and (out / "runs" / "kind=mlm" / "pretrain" / "metrics.jsonl").exists():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "report").exists()  # it really was stopped midway
+    subprocess.run(args, env=env, check=True, capture_output=True)
+    for name in ("kind=electra", "kind=mlm"):
+        a = load_file(list_checkpoints(study / "runs" / name / "pretrain")[-1] / "model.safetensors")
+        b = load_file(list_checkpoints(out / "runs" / name / "pretrain")[-1] / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    for name in ("kind=electra", "kind=mlm", "kind=none"):
+        a, b = (json.loads((d / "runs" / name / "glue" / "results.json").read_text()) for d in (study, out))
+        assert a == b, name
+
+
+@pytest.mark.slow
+def test_parallel_pretraining_equals_sequential(study, tasks, tmp_path):
+    """Worker processes compute what the study computes in one process: the same data, masks and initial weights
+    (threads may differ, and with them the order of floating-point sums: equal to rounding)."""
+    out = tmp_path / "p"
+    run_study(spec(out, tasks, parallel=2))
+    for name in ("kind=electra", "kind=mlm"):
+        a = load_file(list_checkpoints(study / "runs" / name / "pretrain")[-1] / "model.safetensors")
+        b = load_file(list_checkpoints(out / "runs" / name / "pretrain")[-1] / "model.safetensors")
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=f"{name} {k}")
