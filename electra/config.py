@@ -7,6 +7,7 @@ Presets in `electra/configs/*.yaml` hold only differences from these defaults. O
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,10 +16,12 @@ from typing import Any, Literal
 
 import yaml
 
+from electra.errors import InputError
+
 PRESET_DIR = Path(__file__).parent / "configs"
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A configuration that cannot be used, with the key and source that caused it."""
 
 
@@ -140,7 +143,8 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """The optimisation loop (SPEC §4). Defaults: OFF's recipe at ELECTRA-Small scale."""
+    """The optimisation loop. Defaults: OFF's recipe at ELECTRA-Small scale (configure_pretraining.py,
+    model/optimization.py; the paper's Table 6)."""
 
     max_steps: int = 1_000_000
     batch_size: int = 128
@@ -236,10 +240,7 @@ def load_config(preset_or_path: str | Path | None = None, overrides: list[str] |
             path = PRESET_DIR / f"{path}.yaml"
         if not path.exists():
             raise ConfigError(f"unknown config {preset_or_path!r}: not a file, and presets are {preset_names()}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        raw = read_yaml(path) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
         cfg = merge(cfg, raw, source=str(path))
@@ -252,10 +253,36 @@ def load_config(preset_or_path: str | Path | None = None, overrides: list[str] |
         parts = key.strip().split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+        node[parts[-1]] = parse_override_value(item, value)
         cfg = merge(cfg, nested, source=f"override {item!r}")
     validate(cfg)
     return cfg
+
+
+def read_yaml(path: Path) -> Any:
+    """A preset or recipe file's YAML; any unreadable file is a ConfigError naming it (and the line, for YAML)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {_one_line(err)}") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as err:
+        raise ConfigError(f"{path}: cannot read the config: {_one_line(err)}") from None
+
+
+def parse_override_value(item: str, value: str) -> Any:
+    """The YAML value of one `key=value` override (empty: null)."""
+    if not value.strip():
+        return None
+    try:
+        return yaml.safe_load(value)
+    except (yaml.YAMLError, RecursionError) as err:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML: {_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def merge(obj: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
@@ -326,30 +353,80 @@ def coerce(value: Any, tp: Any, name: str, source: str) -> Any:
 
 
 def validate(cfg: PretrainConfig) -> None:
+    """Refuse values no run can use, naming the key, before any work starts: plain ranges first, then the
+    settings that depend on each other (the world size is checked by the training loop's setup)."""
     m, o, d, t = cfg.model, cfg.objective, cfg.data, cfg.train
+
+    def positive(x) -> bool:
+        return x > 0 and math.isfinite(x)
+
+    def fraction(x, low_open: bool = False, high_open: bool = True) -> bool:
+        return (0 < x if low_open else 0 <= x) and (x < 1 if high_open else x <= 1)
+
+    gen_sizes = (m.generator_hidden_size, m.generator_num_heads, m.generator_intermediate_size)
+    ranges = [  # (key, value, ok, what it must be)
+        *[(f"model.{k}", getattr(m, k), getattr(m, k) >= 1, ">= 1") for k in (
+            "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+            "max_position_embeddings", "type_vocab_size")],
+        *[(f"model.generator_{k}", v, v is None or v >= 1, ">= 1 or null")
+          for k, v in zip(("hidden_size", "num_heads", "intermediate_size"), gen_sizes, strict=True)],
+        ("model.generator_fraction", m.generator_fraction, fraction(m.generator_fraction, True, False), "in (0, 1]"),
+        ("model.dropout", m.dropout, fraction(m.dropout), "in [0, 1)"),
+        ("model.attention_dropout", m.attention_dropout, fraction(m.attention_dropout), "in [0, 1)"),
+        ("model.layer_norm_eps", m.layer_norm_eps, positive(m.layer_norm_eps), "> 0"),
+        ("model.initializer_range", m.initializer_range, positive(m.initializer_range), "> 0"),
+        ("model.pad_token_id", m.pad_token_id, 0 <= m.pad_token_id < m.vocab_size, "in [0, model.vocab_size)"),
+        ("objective.mask_prob", o.mask_prob, fraction(o.mask_prob, True), "in (0, 1)"),
+        ("objective.mask_token_prob", o.mask_token_prob, fraction(o.mask_token_prob, False, False), "in [0, 1]"),
+        ("objective.temperature", o.temperature, positive(o.temperature), "> 0"),
+        ("objective.temperature_start", o.temperature_start,
+         o.temperature_start is None or positive(o.temperature_start), "> 0 or null"),
+        ("objective.temperature_steps", o.temperature_steps, o.temperature_steps >= 0, ">= 0"),
+        ("objective.uniform_replace_prob", o.uniform_replace_prob, fraction(o.uniform_replace_prob, False, False),
+         "in [0, 1]"),
+        ("objective.generator_weight", o.generator_weight, o.generator_weight >= 0 and math.isfinite(
+            o.generator_weight), ">= 0"),
+        ("objective.discriminator_weight", o.discriminator_weight, o.discriminator_weight >= 0 and math.isfinite(
+            o.discriminator_weight), ">= 0"),
+        ("data.seq_len", d.seq_len, d.seq_len >= 4, ">= 4 ([CLS] A [SEP] B [SEP] needs room)"),
+        ("data.eval_fraction", d.eval_fraction, fraction(d.eval_fraction), "in [0, 1)"),
+        ("train.max_steps", t.max_steps, t.max_steps >= 1, ">= 1"),
+        ("train.batch_size", t.batch_size, t.batch_size >= 1, ">= 1"),
+        ("train.micro_batch_size", t.micro_batch_size, t.micro_batch_size is None or t.micro_batch_size >= 1,
+         ">= 1 or null"),
+        ("train.max_memory_gb", t.max_memory_gb, t.max_memory_gb is None or positive(t.max_memory_gb), "> 0 or null"),
+        ("train.lr", t.lr, positive(t.lr), "> 0"),
+        ("train.generator_lr_scale", t.generator_lr_scale, positive(t.generator_lr_scale), "> 0"),
+        ("train.warmup_steps", t.warmup_steps, t.warmup_steps >= 0, ">= 0"),
+        ("train.weight_decay", t.weight_decay, t.weight_decay >= 0 and math.isfinite(t.weight_decay), ">= 0"),
+        ("train.beta1", t.beta1, fraction(t.beta1), "in [0, 1)"),
+        ("train.beta2", t.beta2, fraction(t.beta2), "in [0, 1)"),
+        ("train.eps", t.eps, positive(t.eps), "> 0"),
+        ("train.grad_clip", t.grad_clip, positive(t.grad_clip), "> 0"),
+        ("train.seed", t.seed, t.seed >= 0, ">= 0"),
+        *[(f"train.{k}", getattr(t, k), getattr(t, k) >= 1, ">= 1") for k in (
+            "log_every", "eval_every", "eval_batches", "save_every", "max_nonfinite", "collapse_patience")],
+        ("train.keep_last", t.keep_last, t.keep_last >= 0, ">= 0 (0 keeps every checkpoint)"),
+    ]  # fmt: skip
+    for key, value, ok, requirement in ranges:
+        if not ok:
+            raise ConfigError(f"{key} must be {requirement}, got {value!r}")
+    if t.micro_batch_size is not None and t.batch_size % t.micro_batch_size:
+        raise ConfigError(f"train.micro_batch_size {t.micro_batch_size} does not divide train.batch_size "
+                          f"{t.batch_size}")  # fmt: skip
     with_replacement = o.masking == "fixed" and o.position_sampling == "with_replacement"
     checks = [
-        (m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads"),
-        (m.generator.hidden_size % m.generator.num_heads == 0, "generator hidden size must divide by its heads"),
-        (d.seq_len <= m.max_position_embeddings, "data.seq_len exceeds model.max_position_embeddings"),
-        (0 < o.mask_prob < 1, "objective.mask_prob must be in (0, 1)"),
-        (0 <= o.mask_token_prob <= 1, "objective.mask_token_prob must be in [0, 1]"),
-        (o.temperature > 0, "objective.temperature must be positive"),
-        (o.temperature_start is None or o.temperature_start > 0, "objective.temperature_start must be positive"),
-        (o.temperature_steps >= 0, "objective.temperature_steps must be >= 0"),
-        (0 <= o.uniform_replace_prob <= 1, "objective.uniform_replace_prob must be in [0, 1]"),
-        (t.generator_lr_scale > 0, "train.generator_lr_scale must be positive"),
-        (0 < m.generator_fraction <= 1.5, "model.generator_fraction must be in (0, 1.5]"),
-        (t.batch_size > 0 and t.max_steps > 0, "train.batch_size and train.max_steps must be positive"),
-        (t.micro_batch_size is None or t.micro_batch_size > 0, "train.micro_batch_size must be positive"),
+        (lambda: m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads"),
+        (lambda: m.generator.hidden_size % m.generator.num_heads == 0,
+         "generator hidden size must divide by its heads (model.generator_fraction, model.generator_num_heads)"),
+        (lambda: d.seq_len <= m.max_position_embeddings, "data.seq_len exceeds model.max_position_embeddings"),
+        (lambda: cfg.num_mask_slots >= 1, "objective.mask_prob leaves no masked slot at this data.seq_len"),
         # a repeated draw's slot moves to a free position (masking.py): N of them must remain besides the k drawn
-        (
-            not with_replacement or 2 * cfg.num_mask_slots <= d.seq_len,
-            "objective.mask_prob above ~0.49 needs objective.position_sampling=without_replacement",
-        ),
-    ]
-    for ok, message in checks:
-        if not ok:
+        (lambda: not with_replacement or 2 * cfg.num_mask_slots <= d.seq_len,
+         "objective.mask_prob above ~0.49 needs objective.position_sampling=without_replacement"),
+    ]  # fmt: skip
+    for ok, message in checks:  # in order: each check may rely on the ones before it
+        if not ok():
             raise ConfigError(message)
 
 
@@ -462,17 +539,14 @@ def load_finetune_config(recipe: str | Path | None = None, overrides: list[str] 
             path = RECIPE_DIR / f"{path}.yaml"
         if not path.is_file():
             raise ConfigError(f"unknown recipe {str(recipe)!r}: not a file, and recipes are {recipe_names()}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        raw = read_yaml(path) or {}
         cfg = merge(cfg, raw, source=str(path), prefix="finetune.")
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().startswith("finetune."):
             raise ConfigError(f"override {item!r}: expected finetune.KEY=VALUE")
         name = key.strip().removeprefix("finetune.")
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = parse_override_value(item, value)
         cfg = merge(cfg, {name: parsed}, source=f"override {item!r}", prefix="finetune.")
     validate_finetune(cfg)
     return cfg

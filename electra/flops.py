@@ -1,4 +1,4 @@
-"""Training FLOPs and pfs-days of a configuration (SPEC §8): `electra flops`.
+"""Training FLOPs and pfs-days of a configuration: `electra flops` (docs/benchmarks.md).
 
 Two counts, for two different questions:
 
@@ -159,7 +159,7 @@ UTILISATION = 0.33  # OpenAI "AI and Compute": assumed fraction of peak actually
 PFS_DAY = 1e15 * 86400  # FLOPs in one petaflop/s-day
 
 # Peak dense TFLOP/s from vendor datasheets, in the precision the conventional tables use: fp32 for the GPUs
-# of the ELECTRA-era comparisons (V100 at 15.7 gives SPEC §8's 0.02 for ELECTRA-Small; its 125 TFLOP/s
+# of the ELECTRA-era comparisons (V100 at 15.7 gives the reproduction study's 0.02 for ELECTRA-Small; its 125 TFLOP/s
 # tensor-core figure would give 0.165).
 DEVICE_PEAK_TFLOPS = {
     "v100": 15.7,  # SXM2, fp32
@@ -172,7 +172,8 @@ DEVICE_PEAK_TFLOPS = {
 
 
 def pfs_days(days: float, gpus: int, peak_tflops: float, utilisation: float = UTILISATION) -> float:
-    """SPEC §8 convention: days × GPUs × peak TFLOP/s × utilisation / 1000."""
+    """OpenAI "AI and Compute" convention, used by the reproduction study: days × GPUs × peak TFLOP/s ×
+    utilisation / 1000."""
     return days * gpus * peak_tflops * utilisation / 1000
 
 

@@ -1,5 +1,6 @@
 """ELECTRA in one file, ordered by data flow: embeddings -> attention -> feed-forward -> layer -> encoder ->
-generator and discriminator -> the pretraining model (SPEC §1, §2).
+generator and discriminator -> the pretraining models (ELECTRA paper sections 2-3 and appendix A; OFF
+model/modeling.py and run_pretraining.py; the MLM baseline of BERT, Devlin et al. 2019).
 
 Module and parameter names follow transformers' `modeling_electra.py` (`attention.self.query`,
 `intermediate.dense`, `output.LayerNorm`, ...) so that `hf_compat` maps Google/HF weights one-to-one.

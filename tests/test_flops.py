@@ -1,4 +1,5 @@
-"""FLOP counts against the official ELECTRA figures, against what PyTorch counts, and SPEC §8's pfs-days."""
+"""FLOP counts against the official ELECTRA figures, against what PyTorch counts, and the reproduction study's
+pfs-days."""
 
 import json
 
@@ -30,7 +31,7 @@ def test_larger_models_match_the_paper_table(preset, steps, paper):
 
 
 def test_executed_flops_per_token_match_spec():
-    # SPEC §8: roughly 70 MFLOP per token with the masked-position gather, 90 without.
+    # roughly 70 MFLOP per token with the masked-position gather, 90 without (docs/benchmarks.md)
     cfg = load_config("small")
     tokens = 128 * 128
     assert flops.pretrain_step_flops(cfg, 128, 128) / tokens == pytest.approx(70.19e6, rel=1e-3)

@@ -204,7 +204,7 @@ def static_plan(
     [5, seq_len]); 10% are single-segment; otherwise segment A takes lines while it stays under half the target,
     plus, half of the time, the line that would overfill it; B takes the rest. Two deliberate differences:
     - OFF truncates what overfills an example and drops it; here the overflow starts the next example instead,
-      so every token of the corpus is in exactly one example (SPEC: "the whole corpus is covered").
+      so every token of the corpus is in exactly one example (the whole corpus is covered).
     - OFF can put a later short line back into A after B has started, so A is not contiguous text; here A is
       always a prefix of the example's lines.
     Examples never cross documents. Vectorised over documents: one numpy step per example position within a
