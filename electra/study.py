@@ -21,6 +21,7 @@ is finished and resumes the rest bit for bit (pretraining from its checkpoints, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -88,13 +89,28 @@ class Setting:
         values = [f"{k}={v}" for k, v in self.values.items() if k != "objective.kind" or v != "none"]
         steps = [f"train.max_steps={self.steps}"] if self.steps else []
         data = [f"data.path={spec.data}"] if spec.data else []
-        return [*spec.overrides, *data, *values, *steps]
+        # the tokenizer's vocabulary, as the run will resolve it: so that the budget's FLOPs are the run's
+        vocab = [f"model.vocab_size={vocabulary_size(spec.data)}"]
+        return [*spec.overrides, *data, *vocab, *values, *steps]
 
     def config(self, spec: StudySpec) -> PretrainConfig:
         return load_config(spec.base, self.overrides(spec))
 
 
 # -- the grid and its budget ---------------------------------------------------------------------------------------
+
+
+@functools.cache
+def vocabulary_size(data: str | None) -> int:
+    """The vocabulary of the corpus's tokenizer (the built-in synthetic one without `data`)."""
+    if data is None:
+        from electra.data.synthetic import synthetic_tokenizer_info
+
+        return synthetic_tokenizer_info().vocab_size
+    from electra.data.corpus import TOKENIZER_FILE
+    from electra.data.tokenizer import tokenizer_info
+
+    return tokenizer_info(Path(data) / TOKENIZER_FILE).vocab_size
 
 
 def grid(spec: StudySpec) -> list[Setting]:

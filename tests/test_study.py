@@ -84,7 +84,9 @@ def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sourc
             continue
         assert json.loads((run / "run.json").read_text())["step"] == s["steps"]
         # the compute table's FLOPs are what `electra flops` prints for the run's config and steps
-        total = flops_report(read_pretrain_run(run).cfg, s["steps"])["total_flops"]
+        cfg = read_pretrain_run(run).cfg
+        total = flops_report(cfg, s["steps"])["total_flops"]
+        assert total <= 6e9 < off_train_flops(cfg, s["steps"] + 1)  # the run itself spent the budget
         row = re.search(rf"^\| {re.escape(s['name'])} \| {s['steps']:,} \| [\d,]+ \| ([^ |]+) \|", report, re.M)
         assert row is not None and float(row.group(1)) == pytest.approx(total, rel=5e-3)
         assert (study / "report" / f"dynamics-kind-{s['kind']}.png").stat().st_size > 10_000
