@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # build of torch into .venv first (or pass TORCH=...) and this step keeps it.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint clean install
+.PHONY: demo test test-slow lint clean install
 
 install: $(STAMP)
 
@@ -23,6 +23,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests
+
+# the long tests only (kill storms, 5000 fuzzed inputs per reader, two-process runs): docs/reliability.md
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check electra tests

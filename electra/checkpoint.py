@@ -3,16 +3,20 @@
     RUN_DIR/config.yaml                     the resolved PretrainConfig
     RUN_DIR/tokenizer/tokenizer.json        a copy of the tokenizer (absent for the built-in synthetic data)
     RUN_DIR/metrics.jsonl                   one JSON object per log step
-    RUN_DIR/checkpoints/step_00001000/      model.safetensors, config.yaml, and the training state
+    RUN_DIR/checkpoints/step_00001000/      model.safetensors, config.yaml, the training state (optimizer.pt,
+                                            scaler.pt, rng.pt, state.json), SHA256SUMS, and COMPLETE
 
 Every write goes to a temporary name first and is renamed into place, so a killed process never leaves a
-half-written checkpoint that looks complete. Loading reads safetensors and JSON/YAML only: it never runs code.
+half-written checkpoint that looks complete; a full disk leaves the previous checkpoint as it was. SHA256SUMS
+records every file's sha256 before COMPLETE is written, and loading checks them, so a damaged or edited file is
+an error naming it (resuming then falls back to the previous checkpoint). Loading reads safetensors, JSON/YAML and
+`torch.load(weights_only=True)` files only: it never runs code from a checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
+import hashlib
 import json
 import logging
 import os
@@ -21,23 +25,37 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
 import yaml
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
-from electra.files import write_atomic
+from electra.errors import CorruptFileError, DiskFullError, InputError, is_disk_full
+from electra.faults import failpoint
+from electra.files import (
+    CHECKSUMS_FILE,
+    checksums_text,
+    read_checksums,
+    sha256_file,
+    verify_digests,
+    write_atomic,
+)
+from electra.hub import resolve_model
 from electra.model import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 
 log = logging.getLogger("electra.checkpoint")
 
 CHECKPOINT_PREFIX = "step_"
 COMPLETE_MARKER = "COMPLETE"  # written last: a folder without it is an interrupted save
+VERIFIED_BY = f"{CHECKSUMS_FILE}\n"
+"""What COMPLETE says in a checkpoint with checksums (empty in those written before them)."""
+MODEL_FILES = ("model.safetensors", "config.yaml")
+TRAINING_FILES = (*MODEL_FILES, "optimizer.pt", "scaler.pt", "rng.pt", "state.json")
+"""What resuming needs; a checkpoint made by import-hf holds the model files only."""
 
 
-class CheckpointError(ValueError):
-    pass
+class CheckpointError(InputError):
+    """A checkpoint or run folder that cannot be used; the message names the file."""
 
 
 @dataclass
@@ -77,9 +95,9 @@ def save_config(cfg: PretrainConfig, path: Path) -> None:
 
 def read_config(path: Path) -> PretrainConfig:
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise CheckpointError(f"{path}: cannot read the config: {err}") from err
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:  # ValueError: bad UTF-8, 5000 digits
+        raise CheckpointError(f"{path}: cannot read the config: {' '.join(str(err).split())}") from err
     try:
         return from_dict(raw, source=str(path))
     except ConfigError as err:
@@ -102,30 +120,102 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 def save_model_checkpoint(
     model: ElectraForPretraining, cfg: PretrainConfig, ckpt: Path, extra_files: dict[str, bytes] | None = None
 ) -> Path:
-    """Write model weights, config and any extra files into `ckpt`, built in a temporary folder and renamed."""
+    """Write model weights, config and any extra files into `ckpt`: built in a temporary folder (each file
+    fsynced, then SHA256SUMS, then COMPLETE) and renamed into place. A full disk raises DiskFullError naming the
+    file and the newest checkpoint still intact, and leaves nothing of this one behind."""
     ckpt = Path(ckpt)
     ckpt.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    files = {"model.safetensors": safetensors_bytes(state),
+             "config.yaml": yaml.safe_dump(to_dict(cfg), sort_keys=False).encode(), **(extra_files or {})}  # fmt: skip
+    files[CHECKSUMS_FILE] = checksums_text({n: hashlib.sha256(d).hexdigest() for n, d in files.items()}).encode()
+    files[COMPLETE_MARKER] = VERIFIED_BY.encode()  # last: marks the folder complete
     tmp = Path(tempfile.mkdtemp(dir=ckpt.parent, prefix=f".{ckpt.name}."))
+    name = ""
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(state, tmp / "model.safetensors")
-        save_config(cfg, tmp / "config.yaml")
-        for name, data in (extra_files or {}).items():
-            (tmp / name).write_bytes(data)
-        (tmp / COMPLETE_MARKER).write_text("")
+        for name, data in files.items():
+            failpoint(f"checkpoint.write:{name}")
+            _write_synced(tmp / name, data)
+        name = ""
+        _fsync(tmp)
         if ckpt.exists():
-            shutil.rmtree(ckpt)
+            remove_dir(ckpt)
         os.replace(tmp, ckpt)
-    except BaseException:
+        _fsync(ckpt.parent)
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(err):
+            intact = [p for p in list_checkpoints(ckpt.parent.parent) if p != ckpt]
+            kept = f"the previous checkpoint {intact[-1]} is intact" if intact else "no earlier checkpoint exists"
+            raise DiskFullError(err.errno, f"disk full while writing {ckpt / name} ({err.strerror}); {kept}") from err
         raise
+    failpoint("checkpoint.commit")
     return ckpt
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync(folder: Path) -> None:
+    """Make a folder's entries (new files, a rename) durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_dir(folder: Path) -> None:
+    """Rename away, then delete: a kill during the deletion never leaves a half-deleted folder under its name."""
+    doomed = folder.parent / f".{folder.name}.deleting-{os.getpid()}"
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def reseal_checkpoint(ckpt: Path) -> None:
+    """Record the files `ckpt` holds now as its good state (after a deliberate edit, e.g. weight surgery or a test
+    that plants a NaN): SHA256SUMS is rewritten over every file but COMPLETE."""
+    ckpt = Path(ckpt)
+    names = sorted(p.name for p in ckpt.iterdir() if p.is_file() and p.name not in (CHECKSUMS_FILE, COMPLETE_MARKER))
+    write_atomic(ckpt / CHECKSUMS_FILE, checksums_text({n: sha256_file(ckpt / n) for n in names}))
+    write_atomic(ckpt / COMPLETE_MARKER, VERIFIED_BY)
+
+
+_warned_unverified = False
+
+
+def verify_checkpoint(ckpt: Path, required: tuple[str, ...] = MODEL_FILES) -> None:
+    """Check `ckpt`'s files against its SHA256SUMS; CheckpointError naming the first missing, damaged or edited
+    file. A checkpoint written before checksums existed (an empty COMPLETE) is read unverified, warned once."""
+    global _warned_unverified
+    ckpt = Path(ckpt)
+    if not (ckpt / COMPLETE_MARKER).is_file():
+        raise CheckpointError(f"{ckpt}: incomplete checkpoint (interrupted save)")
+    try:
+        digests = read_checksums(ckpt)
+        if digests is not None:
+            verify_digests(ckpt, digests, required)
+            return
+        if (ckpt / COMPLETE_MARKER).read_bytes():
+            raise CheckpointError(f"{ckpt / CHECKSUMS_FILE}: missing; the checkpoint cannot be verified")
+    except CorruptFileError as err:
+        raise CheckpointError(str(err)) from None
+    if not _warned_unverified:
+        log.warning("%s (and any other checkpoint written before checksums were recorded) has no %s: its files "
+                    "are not verified", ckpt, CHECKSUMS_FILE)  # fmt: skip
+        _warned_unverified = True
+    for name in required:
+        if not (ckpt / name).is_file():
+            raise CheckpointError(f"{ckpt / name}: missing")
 
 
 def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainConfig]:
     ckpt = Path(ckpt)
-    if not (ckpt / COMPLETE_MARKER).exists():
-        raise CheckpointError(f"{ckpt}: incomplete checkpoint (interrupted save)")
+    verify_checkpoint(ckpt)
     cfg = read_config(ckpt / "config.yaml")
     model = build_model(cfg)
     try:
@@ -179,6 +269,7 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
     """The body for fine-tuning (ELECTRA's discriminator, or the MLM baseline's encoder), from any of: a run
     folder, a checkpoint, our HF export, or a transformers ELECTRA folder (e.g. a saved
     google/electra-small-discriminator). Returns the tokenizer folder that came with it, if any."""
+    path = resolve_model(path)  # a hub model id: its folder in the local Hugging Face cache (electra/hub.py)
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such model folder")
@@ -191,107 +282,6 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
     ckpt = resolve_checkpoint(path)
     model, cfg = load_model_checkpoint(ckpt)
     return ElectraModel.from_pretraining(model), cfg.model, find_tokenizer(ckpt)
-
-
-# -- training state (the pretraining loop's checkpoints) ----------------------------------------------------------
-
-# Settings that may change when a run is resumed: they do not alter what the run computes.
-RESUMABLE_CHANGES = {
-    "data.path", "train.log_every", "train.eval_every", "train.eval_batches", "train.save_every", "train.keep_last",
-    "train.max_nonfinite", "train.collapse_patience", "train.stop_on_collapse", "train.compile",
-    "train.micro_batch_size", "train.max_memory_gb",
-    "train.max_steps",  # extending a run is allowed: the schedule then stretches from the resumed step on
-}  # fmt: skip
-
-
-def config_differences(saved: PretrainConfig, current: PretrainConfig) -> list[str]:
-    """`key: saved -> current` for every setting that differs and would change what a resumed run computes."""
-    a, b = _flatten(to_dict(saved)), _flatten(to_dict(current))
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
-            and k not in RESUMABLE_CHANGES]  # fmt: skip
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
-    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, rank: int, world: int) -> None:
-    """A complete checkpoint of the training state (rank 0 writes; every rank's RNG state is gathered)."""
-
-    rng = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state()
-    states = [None] * world
-    if world > 1:
-        dist.all_gather_object(states, rng)
-    else:
-        states = [rng]
-    if rank == 0:
-        extra = {}
-        for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
-                          ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
-            buf = io.BytesIO()
-            torch.save(obj, buf)
-            extra[name] = buf.getvalue()
-        extra["state.json"] = meta.to_json().encode()
-        save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta.step), extra)
-        prune_checkpoints(run_dir, cfg.train.keep_last)
-        write_atomic(run_dir / "run.json", meta.to_json())
-    if world > 1:
-        dist.barrier()
-
-
-def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int) -> RunMeta | None:
-    """Load the newest valid checkpoint (skipping corrupt ones with a warning); None if there is none."""
-    candidates = [path] if (path / COMPLETE_MARKER).exists() else list_checkpoints(path)[::-1]
-    for ckpt in candidates:
-        try:
-            saved = read_config(ckpt / "config.yaml")
-        except CheckpointError as err:
-            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
-            continue
-        if saved.train.max_steps != cfg.train.max_steps:
-            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
-                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
-        diff = config_differences(saved, cfg)
-        if diff:
-            raise CheckpointError(
-                f"{ckpt} was written with another config; refusing to resume. Differences: {'; '.join(diff[:6])}"
-            )
-        try:
-            model.load_state_dict(load_file(ckpt / "model.safetensors"))
-            optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
-            scaler.load_state_dict(torch.load(ckpt / "scaler.pt", weights_only=True))
-            rng = torch.load(ckpt / "rng.pt", weights_only=True)
-            meta = RunMeta.from_json((ckpt / "state.json").read_text())
-        except Exception as err:  # noqa: BLE001 - any unreadable file means: try the previous checkpoint
-            log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
-            continue
-        saved_world = meta.world_size
-        state = rng.get(f"rank{rank}") if saved_world == world else None
-        if state is not None:
-            torch.set_rng_state(state["torch"])
-            if "cuda" in state and torch.cuda.is_available():
-                torch.cuda.set_rng_state(state["cuda"])
-        else:
-            log.warning(
-                "resuming with %d processes from a checkpoint of %d: dropout RNG is reseeded", world, saved_world
-            )
-        meta.world_size = world
-        log.info("resumed from %s (step %d)", ckpt, meta.step)
-        return meta
-    return None
 
 
 # -- transformers folders <-> run folders ----------------------------------------------------------------------
@@ -309,6 +299,7 @@ def export_run_to_hf(run: str | Path, out: str | Path) -> Path:
 def import_run_from_hf(discriminator: str | Path, generator: str | Path, out: str | Path) -> Path:
     """A run folder holding one step-0 checkpoint made from two transformers ELECTRA folders (and the tokenizer
     found beside the discriminator, if any). Returns the checkpoint folder."""
+    discriminator, generator = resolve_model(discriminator), resolve_model(generator)  # hub ids: cached folders
     from electra.hf_compat import from_hf
 
     model = from_hf(discriminator, generator)

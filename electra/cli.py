@@ -188,11 +188,16 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     from electra.config import FinetuneConfig, recipe_names
     from electra.glue.tasks import GLUE_TASKS
 
-    p.add_argument("--model", help="a pretraining run folder, a checkpoint, our HF export, or a transformers ELECTRA "
-                   "folder (required unless --report-only)")  # fmt: skip
+    p.add_argument("--model", help="a pretraining run folder, a checkpoint, our HF export, a transformers ELECTRA "
+                   "folder, or a hub model id ORG/NAME[@REVISION] (offline: from the local Hugging Face cache); "
+                   "required unless --report-only")  # fmt: skip
     tasks = f"all, or a comma list of {','.join(GLUE_TASKS)} and task folders holding a task.json"
     p.add_argument("--tasks", default="all", help=tasks)
-    glue_dir = "GLUE data in the original TSV layout (CoLA/, SST-2/, ...); default: nyu-mll/glue from the hub"
+    glue_dir = (
+        "a GLUE folder: the original TSVs (CoLA/, SST-2/, ...), or per task nyu-mll/glue's config written by datasets' "
+        "save_to_disk (rte/) or as the hub repo's Parquet files (rte/train-00000-of-00001.parquet, ...); default: "
+        "nyu-mll/glue from the hub (offline, HF_HUB_OFFLINE=1: from the local datasets cache)"
+    )
     p.add_argument("--glue-dir", default=None, help=glue_dir)
     p.add_argument("--seeds", default="5", help="N for seeds 0..N-1, or a comma list of seeds (default 5)")
     p.add_argument("--out", required=True, help="output folder; rerunning with the same folder resumes")
@@ -224,6 +229,9 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     x.add_argument("--stop-after", type=int, default=None, help="stop after this many runs (resume later)")
     x.add_argument("--no-progress", action="store_true", help="no progress bars")
     x.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs")
+    x.add_argument("--tensorboard", action="store_true", help="also log each run to OUT/tensorboard/TASK/seedS")
+    x.add_argument("--wandb", action="store_true", help="also log each run to Weights & Biases, grouped by OUT's "
+                   "name (offline, under OUT/wandb, unless WANDB_MODE)")  # fmt: skip
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -249,6 +257,7 @@ def _run_glue(args: argparse.Namespace) -> int:
         finetune=load_finetune_config(args.recipe, flags + args.set), device=args.device,
         devices=args.devices.split(",") if args.devices else [], num_workers=args.num_workers,
         stop_after=args.stop_after, progress=not args.no_progress,
+        loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
     )  # fmt: skip
     return 0 if run_sweep(spec).ok else 1
 
@@ -328,8 +337,9 @@ def _run_export_hf(args: argparse.Namespace) -> int:
 
 
 def _add_import_hf(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--discriminator", required=True, help="transformers ElectraForPreTraining folder")
-    p.add_argument("--generator", required=True, help="transformers ElectraForMaskedLM folder")
+    hub = "or a hub model id ORG/NAME[@REVISION] (offline: from the local Hugging Face cache)"
+    p.add_argument("--discriminator", required=True, help=f"transformers ElectraForPreTraining folder, {hub}")
+    p.add_argument("--generator", required=True, help=f"transformers ElectraForMaskedLM folder, {hub}")
     p.add_argument("--out", required=True, help="run folder to create (a step-0 checkpoint)")
 
 

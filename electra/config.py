@@ -262,13 +262,17 @@ def load_config(preset_or_path: str | Path | None = None, overrides: list[str] |
 def read_yaml(path: Path) -> Any:
     """A preset or recipe file's YAML; any unreadable file is a ConfigError naming it (and the line, for YAML)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the config: {_one_line(err)}") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{where}: not valid YAML: {_one_line(err)}") from None
-    except (OSError, UnicodeDecodeError, RecursionError) as err:
-        raise ConfigError(f"{path}: cannot read the config: {_one_line(err)}") from None
+    except (ValueError, RecursionError) as err:  # a 5000-digit number, a date such as 2020-02-30, deep nesting
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(err)}") from None
 
 
 def parse_override_value(item: str, value: str) -> Any:
@@ -277,7 +281,7 @@ def parse_override_value(item: str, value: str) -> Any:
         return None
     try:
         return yaml.safe_load(value)
-    except (yaml.YAMLError, RecursionError) as err:
+    except (yaml.YAMLError, ValueError, RecursionError) as err:
         raise ConfigError(f"override {item!r}: the value is not valid YAML: {_one_line(err)}") from None
 
 

@@ -19,7 +19,8 @@ PANEL_SIZE = (4.2, 3.0)  # inches: readable without zooming at DPI
 # (metrics.jsonl key without the eval_ prefix, panel title), in the study's order (RC, training dynamics)
 DYNAMICS = (
     ("mlm_loss", "generator loss"),
-    ("mlm_accuracy", "MLM accuracy"),
+    ("mlm_accuracy", "MLM accuracy (all chosen slots)"),
+    ("masked_accuracy", "MLM accuracy at [MASK] slots"),
     ("sampled_accuracy", "sampled-token accuracy"),
     ("disc_loss", "discriminator loss"),
     ("disc_accuracy", "discriminator accuracy"),
@@ -54,7 +55,7 @@ def training_dynamics(train: list[dict], evals: list[dict], title: str, path: Pa
         pts = [(r["step"], r[f"eval_{key}"]) for r in evals if isinstance(r.get(f"eval_{key}"), (int, float))]
         if pts:
             ax.plot(*zip(*pts, strict=True), "o-", markersize=3, label="held out")
-        if key == "mlm_accuracy":
+        if key == "masked_accuracy":
             pts = [(r["step"], r["eval_mlm_majority_rate"]) for r in evals if r.get("eval_mlm_majority_rate")]
             if pts:
                 ax.plot(*zip(*pts, strict=True), "k:", label="most frequent token")

@@ -121,15 +121,23 @@ def read_hf_dir(path: str | Path) -> tuple[dict, dict[str, Tensor]]:
     config_file = path / "config.json"
     if not config_file.exists():
         raise HFConversionError(f"{path}: not a transformers model folder (no config.json)")
-    config = json.loads(config_file.read_text())
-    if config.get("model_type") != "electra":
-        raise HFConversionError(f"{config_file}: model_type is {config.get('model_type')!r}, not 'electra'")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as err:
+        raise HFConversionError(f"{config_file}: not valid JSON ({err})") from None
+    if not isinstance(config, dict) or config.get("model_type") != "electra":
+        found = config.get("model_type") if isinstance(config, dict) else type(config).__name__
+        raise HFConversionError(f"{config_file}: model_type is {found!r}, not 'electra'")
     if (path / "model.safetensors").exists():
         from safetensors.torch import load_file
 
         state = load_file(path / "model.safetensors")
     elif (path / "pytorch_model.bin").exists():
-        state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        try:  # weights_only: tensors and plain containers; a pickle that would run code is refused
+            state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - UnpicklingError, a damaged zip, ...: one message naming the file
+            raise HFConversionError(f"{path / 'pytorch_model.bin'}: cannot load as plain weights (refused or "
+                                    f"damaged): {' '.join(str(err).split())[:300]}") from None  # fmt: skip
     else:
         raise HFConversionError(f"{path}: no model.safetensors or pytorch_model.bin")
     return config, {k: v for k, v in state.items() if not k.endswith(_IGNORED_HF_KEYS)}

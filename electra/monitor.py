@@ -1,4 +1,5 @@
-"""What a pretraining run reports: metrics lines (and TensorBoard / W&B), held-out evaluation, the collapse watch.
+"""What a pretraining run reports: metrics lines (and TensorBoard / W&B, also for GLUE runs), held-out evaluation,
+the collapse watch.
 
 Collapse (the study's finding): with a generator larger than recommended the discriminator can stop telling
 replaced from original tokens; recall on replaced tokens falls to 0 and the AUC to 0.5. The watch flags a run
@@ -11,6 +12,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +50,9 @@ def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, specia
 def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
              device: torch.device, autocast) -> dict[str, float]:  # fmt: skip
     """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC and
-    `mlm_majority_rate`: the MLM accuracy of always guessing the most frequent token at these masked slots (what a
-    generator on the unigram plateau scores)."""
+    what a generator on the unigram plateau scores at the slots shown as [MASK]: `mlm_majority_rate`, the accuracy of
+    always guessing the most frequent token there (compare `masked_accuracy`), and `mlm_unigram_entropy`, the
+    cross-entropy in nats of the best token-frequency model of those very slots (compare `masked_loss`)."""
     from sklearn.metrics import roc_auc_score
 
     was_training = model.training
@@ -68,11 +71,13 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
             totals[k] += v.item()
         scores.append(out.disc_logits.float()[out.disc_mask].cpu())
         labels.append(out.disc_labels[out.disc_mask].cpu())
-        targets.append(masked.targets[masked.weights > 0].cpu())
+        targets.append(masked.targets[(masked.weights > 0) & masked.is_masked].cpu())
     model.train(was_training)
     metrics = metrics_from_stats(totals)
-    counts = torch.bincount(torch.cat(targets))
-    metrics["mlm_majority_rate"] = float(counts.max() / counts.sum()) if counts.sum() else float("nan")
+    counts = torch.bincount(torch.cat(targets)).double()
+    p = counts[counts > 0] / counts.sum()
+    metrics["mlm_majority_rate"] = float(p.max()) if len(p) else float("nan")
+    metrics["mlm_unigram_entropy"] = float(-(p * p.log()).sum()) if len(p) else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
     metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
     return metrics
@@ -108,46 +113,72 @@ def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev,
     write_atomic(run_dir / "run.json", meta.to_json())
 
 
-def open_loggers(names: tuple[str, ...], run_dir: Path, cfg: PretrainConfig) -> list:
-    writers = []
-    for name in names:
-        if name == "tensorboard":
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as err:
-                raise ValueError(
-                    "--tensorboard needs the tensorboard package: pip install 'electra[tensorboard]'"
-                ) from err
-            writers.append(_TensorBoard(SummaryWriter(run_dir / "tensorboard")))
-        elif name == "wandb":
-            try:
-                import wandb
-            except ImportError as err:
-                raise ValueError("--wandb needs the wandb package: pip install 'electra[wandb]'") from err
-            writers.append(_WandB(wandb.init(dir=str(run_dir), config=to_dict(cfg), name=run_dir.name,
-                                             mode=os.environ.get("WANDB_MODE", "offline"))))  # fmt: skip
+TRACKERS = ("tensorboard", "wandb")
+"""Experiment trackers a run can also log to, beside its metrics.jsonl."""
+
+
+def open_loggers(names: Sequence[str], run_dir: Path, cfg: PretrainConfig | dict, name: str | None = None,
+                 group: str | None = None, tensorboard_dir: Path | None = None) -> list:  # fmt: skip
+    """One writer per tracker in `names`: TensorBoard event files in `tensorboard_dir` (default RUN/tensorboard),
+    tagged with the metrics' names; a W&B run under RUN/wandb, offline unless WANDB_MODE says otherwise, with `cfg`
+    as its config, called `name` (default: the run folder's name) in `group`."""
+    check_trackers(names)
+    config = cfg if isinstance(cfg, dict) else to_dict(cfg)
+    writers: list = []
+    try:
+        for tracker in names:
+            if tracker == "tensorboard":
+                writers.append(_TensorBoard(Path(tensorboard_dir or run_dir / "tensorboard")))
+            else:
+                writers.append(_WandB(Path(run_dir), config, name or Path(run_dir).name, group))
+    except BaseException:
+        for w in writers:
+            w.close()
+        raise
     return writers
 
 
+def check_trackers(names: Sequence[str]) -> None:
+    """Refuse an unknown tracker, or one whose package is not installed, before any work starts."""
+    import importlib.util
+
+    for name in names:
+        if name not in TRACKERS:
+            raise ValueError(f"unknown tracker {name!r}: expected one of {list(TRACKERS)}")
+        if importlib.util.find_spec(name) is None:
+            raise ValueError(f"--{name} needs the {name} package: pip install 'electra[{name}]'")
+
+
+def tracked_values(row: dict) -> dict[str, int | float]:
+    """What a tracker records of a metrics row: its finite numbers (metrics.jsonl keeps the others, as null)."""
+    return {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)}  # fmt: skip
+
+
 class _TensorBoard:
-    def __init__(self, writer):
-        self.writer = writer
+    def __init__(self, folder: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(folder))
 
     def log(self, row: dict) -> None:
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                self.writer.add_scalar(k, v, row["step"])
+        for k, v in tracked_values(row).items():
+            self.writer.add_scalar(k, v, row["step"])
 
     def close(self) -> None:
         self.writer.close()
 
 
 class _WandB:
-    def __init__(self, run):
-        self.run = run
+    def __init__(self, run_dir: Path, config: dict, name: str, group: str | None):
+        import wandb
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(dir=str(run_dir), config=config, name=name, group=group,
+                              mode=os.environ.get("WANDB_MODE", "offline"))  # fmt: skip
 
     def log(self, row: dict) -> None:
-        self.run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+        self.run.log(tracked_values(row), step=row["step"])
 
     def close(self) -> None:
         self.run.finish()

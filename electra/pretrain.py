@@ -32,10 +32,12 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from electra import checkpoint as ckpt_io
+from electra import training_state
 from electra.checkpoint import RunMeta
-from electra.config import PretrainConfig, temperature_at
+from electra.config import ConfigError, PretrainConfig, temperature_at
 from electra.data import PretrainingData, TokenizerInfo, open_pretraining_data
-from electra.files import write_atomic
+from electra.faults import failpoint
+from electra.files import FolderLock, folder_lock, write_atomic
 from electra.masking import MaskedBatch
 from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
 from electra.model import STAT_NAMES, ElectraForPretraining, build_model, metrics_from_stats
@@ -127,6 +129,10 @@ class Run:
     accum: int
     """Micro-batches per step (gradient accumulation)."""
     autocast: contextlib.AbstractContextManager
+    loop_state: dict | None = None
+    """What the loop saved with the resumed checkpoint (the open log window's sums); None for a fresh run."""
+    lock: FolderLock | None = None
+    """Rank 0's hold on the run folder, released when `pretrain` ends."""
 
     @property
     def main_process(self) -> bool:
@@ -143,9 +149,26 @@ def setup(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, d
 
     `data` replaces the corpus of `cfg.data` (e.g. an in-memory source); `resume` is "auto" (the newest valid
     checkpoint of `run_dir`), a checkpoint folder, or None for a fresh run (refused if `run_dir` has checkpoints).
+    From here until the run ends, rank 0 holds the run folder's lock (`Run.lock`): a second process that would
+    write the same folder is refused, naming this one.
     """
     run_dir = Path(run_dir)
     rank, world, dev = init_distributed(device)
+    if cfg.train.batch_size % world:  # before any work
+        raise ConfigError(f"train.batch_size {cfg.train.batch_size} does not divide over {world} processes")
+    lock = folder_lock(run_dir, "pretraining run") if rank == 0 else None
+    try:
+        run = _build_run(cfg, run_dir, resume, rank, world, dev, data)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int, world: int, dev: torch.device,
+               data: PretrainingData | None) -> Run:  # fmt: skip
     if dev.type == "cpu":
         keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md)
     data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
@@ -153,24 +176,25 @@ def setup(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, d
         log.info("model.vocab_size set to the tokenizer's %d (was %d)", data.tokens.vocab_size, cfg.model.vocab_size)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.tokens.vocab_size))
     t = cfg.train
-    if t.batch_size % world:
-        raise ValueError(f"batch size {t.batch_size} does not divide over {world} processes")
     per_rank = t.batch_size // world
     micro = micro_batch_size(cfg, per_rank, dev)
     if per_rank % micro:
-        raise ValueError(f"micro-batch {micro} does not divide the per-process batch {per_rank}")
+        raise ConfigError(f"train.micro_batch_size {micro} does not divide the per-process batch {per_rank} "
+                          f"(train.batch_size {t.batch_size} over {world} processes)")  # fmt: skip
     precision = resolve_precision(t.precision, dev)
 
     torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
     raw_model = build_model(cfg).to(dev)
     optimizer = build_optimizer(raw_model, t, dev)
     scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
-    meta = RunMeta(code_revision=code_revision(), world_size=world)
+    meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world), None
     if resume is None and ckpt_io.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:
         where = run_dir if resume == "auto" else Path(resume)
-        meta = ckpt_io.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world) or meta
+        restored = training_state.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world)
+        if restored is not None:
+            meta, loop_state = restored
     if rank == 0:
         prepare_run_dir(run_dir, cfg, data.tokens, meta)
     if world > 1:
@@ -182,15 +206,20 @@ def setup(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, d
     if t.compile:
         model = torch.compile(model, dynamic=False)
     return Run(cfg, run_dir, rank, world, dev, data, raw_model, model, optimizer, scaler, meta, per_rank,
-               per_rank // micro, autocast_for(precision, dev))  # fmt: skip
+               per_rank // micro, autocast_for(precision, dev), loop_state)  # fmt: skip
 
 
 def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: RunMeta) -> None:
-    """Make the run folder self-contained: resolved config, a copy of the tokenizer, run metadata."""
+    """Make the run folder self-contained (resolved config, a copy of the tokenizer, run metadata) and as the
+    resumed step left it: metrics.jsonl cut back to that step, leftovers of interrupted saves removed."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    training_state.rewind_run_folder(run_dir, meta.step)
     ckpt_io.save_config(cfg, run_dir / "config.yaml")
     if tokens.path is not None and not (run_dir / "tokenizer").exists():
-        shutil.copytree(tokens.path, run_dir / "tokenizer")
+        partial = run_dir / ".tokenizer.partial"  # copied, then renamed: a kill never leaves half a tokenizer
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(tokens.path, partial)
+        os.replace(partial, run_dir / "tokenizer")
     write_atomic(run_dir / "run.json", meta.to_json())
 
 
@@ -251,6 +280,23 @@ class Window:
         self.streak = torch.tensor(streak, device=device)  # ... and in a row, up to now
         self.steps, self.start = 0, time.perf_counter()
 
+    def state(self) -> dict[str, Tensor]:
+        """The open window's sums, saved with a checkpoint: a run resumed there logs the lines it would have."""
+        stats = dict(zip(STAT_NAMES, self.stats.detach().cpu().clone(), strict=True))
+        return {
+            **stats,
+            "norm_sum": self.norm_sum.detach().cpu().clone(),
+            "updates": self.updates.detach().cpu().clone(),
+        }
+
+    def restore(self, state: dict[str, Tensor]) -> None:
+        """By name: a sum this code keeps and the checkpoint lacks (written by an older version) starts at 0."""
+        for i, name in enumerate(STAT_NAMES):
+            if name in state:
+                self.stats[i] = state[name]
+        for name in ("norm_sum", "updates"):
+            getattr(self, name).copy_(state[name])
+
     def add(self, out: StepOutput) -> None:
         bad = out.skipped  # a skipped update adds nothing but its count: no NaN in the logged metrics
         self.nonfinite += bad
@@ -301,11 +347,22 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     continues with `resume="auto"`. At the last step the model is also exported for transformers (RUN/hf).
     """
     run = setup(cfg, run_dir, resume, device, data)
+    try:
+        return train(run, loggers)
+    finally:
+        if run.lock is not None:
+            run.lock.release()  # however the run ended: the folder is free for the next process
+
+
+def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
+    """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints."""
     cfg, t, meta = run.cfg, run.cfg.train, run.meta
     stop: dict[str, int | None] = {"signal": None}
     handlers = {s: signal.signal(s, lambda num, _: stop.update(signal=num)) for s in (signal.SIGTERM, signal.SIGINT)}
     writers = open_loggers(loggers, run.run_dir, cfg) if run.main_process else []
     window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite)
+    if run.loop_state is not None:
+        window.restore(run.loop_state["window"])
     bar = tqdm(total=t.max_steps, initial=meta.step, desc="pretrain", disable=not run.main_process,
                dynamic_ncols=True)  # fmt: skip
     params = list(run.raw_model.parameters())
@@ -341,9 +398,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
             if (done % t.eval_every == 0 or done == t.max_steps) and run.main_process:
                 watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
                                writers, done)  # fmt: skip
+                failpoint("evaluate")
             if save_now:
-                ckpt_io.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
-                                            run.rank, run.world)  # fmt: skip
+                training_state.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
+                                            run.rank, run.world, {"window": window.state()})  # fmt: skip
             if signalled is not None:
                 log.warning("signal %s: saved step %d and stopped; continue with --resume auto", signalled, done)
                 meta.stopped_by_signal = int(signalled)

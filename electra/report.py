@@ -149,6 +149,7 @@ def _dynamics_section(entries: list[Entry], out: Path) -> list[str]:
             last = e.pretrain.evals[-1]
             keys = (
                 "mlm_accuracy",
+                "masked_accuracy",
                 "mlm_majority_rate",
                 "sampled_accuracy",
                 "disc_auc",

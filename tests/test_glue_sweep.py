@@ -75,7 +75,12 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     assert "n/a (missing: sst2, qqp, qnli, wnli)" in md and "| rte | accuracy |" in md
     assert (out / "results.csv").read_text().splitlines()[0].startswith("task,metric,n,median")
     printed = capsys.readouterr().out
-    assert printed.count("] rte seed") == 2 and "## Aggregate scores" in printed  # a line per run, then the report
+    # a line per run, then a line per task (its main metric over the seeds) and the report's path, not the report
+    assert printed.count("] rte seed") == 2 and "## Aggregate scores" not in printed
+    summary = [line.split()[:2] for line in printed.splitlines() if line.endswith("(median ± std over 2 seeds)")]
+    assert summary == [["cola", "mcc"], ["mrpc", "accuracy"], ["stsb", "spearman"], ["mnli", "accuracy_m"],
+                       ["rte", "accuracy"], ["syn-agree", "accuracy"]]  # fmt: skip
+    assert f"report: {out / 'results.md'}" in printed
 
     with zipfile.ZipFile(out / "glue_submission.zip") as z:
         names = sorted(z.namelist())

@@ -4,11 +4,13 @@ the held-out metrics the run writes to RUN/metrics.jsonl.
 - With an untrained generator (generator_weight 0: its samples stay near-random), the discriminator learns to
   spot the replacements: held-out AUC above 0.9. Wrong labels (all zero: the AUC is undefined) or a discriminator
   fed the uncorrupted input (AUC near 0.5) fail it.
-- The generator's accuracy at the masked slots rises clearly above always guessing the most frequent token there,
+- The generator's loss at the [MASK] slots falls clearly below what token frequencies alone achieve there,
   and stays below what copying the visible token would give: a generator fed the original input scores ~1.
 
-Measured on the development machine (one thread, ~25 s each): AUC 0.93 at step 300; generator accuracy 0.255 at
-step 300 against a most-frequent-token rate of 0.129 on the same held-out slots.
+Measured on the development machine (one thread): AUC 0.93 at step 300 (~25 s); the generator's loss at the
+[MASK] slots 4.03 nats at step 1000 (~60 s, dropout off) against 4.66 for the best token-frequency model of the
+same slots. Its argmax accuracy there stays at the most-frequent-token rate (0.134): an accuracy over all chosen slots
+(0.25 here) would look like learning only because the kept 15% show the answer.
 """
 
 import json
@@ -34,21 +36,25 @@ def final_eval(overrides: list[str], run: Path) -> tuple[dict, object]:
     pretrain(cfg, run)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval_disc_auc" in r]
-    assert evals and evals[-1]["step"] == 300
+    assert evals and evals[-1]["step"] == cfg.train.max_steps
     return evals[-1], cfg
 
 
-def most_frequent_token_rate(cfg) -> float:
-    """How often the most frequent original token fills the real masked slots of the held-out examples that the
-    run's evaluation uses (the same ids, the same keyed masks)."""
+def token_frequency_baselines(cfg) -> tuple[float, float]:
+    """What token frequencies alone achieve at the slots shown as [MASK] in the held-out examples that the run's
+    evaluation uses (the same ids, the same keyed masks): the accuracy of always guessing the most frequent token
+    there, and the cross-entropy (nats) of the best frequency model of those slots. Computed here, independently
+    of the run's own `eval_mlm_majority_rate` and `eval_mlm_unigram_entropy`."""
     data = open_pretraining_data(cfg.data, cfg.train.seed)
     special = torch.tensor(data.tokens.special_ids)
     n = cfg.train.eval_batches * min(cfg.train.batch_size, 64)
     batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in data.eval.examples(np.arange(n)).items()}
     m = mask_tokens(batch["input_ids"], batch["attention_mask"], torch.arange(n), cfg.train.seed, cfg.objective,
                     cfg.num_mask_slots, data.tokens.mask_id, special)  # fmt: skip
-    targets = m.targets[m.weights.bool()]
-    return torch.bincount(targets).max().item() / targets.numel()
+    targets = m.targets[m.weights.bool() & m.is_masked]  # the slots shown as [MASK]
+    p = torch.bincount(targets).double() / targets.numel()
+    p = p[p > 0]
+    return p.max().item(), -(p * p.log()).sum().item()
 
 
 @pytest.mark.slow
@@ -59,11 +65,17 @@ def test_discriminator_learns_to_detect_random_replacements(tmp_path):
 
 
 @pytest.mark.slow
-def test_generator_beats_the_most_frequent_token(tmp_path):
-    metrics, cfg = final_eval([], tmp_path / "run")
-    baseline = most_frequent_token_rate(cfg)
-    assert 0.05 < baseline < 0.2  # the synthetic language's most frequent token at masked slots (0.129)
-    accuracy = metrics["eval_mlm_accuracy"]
-    assert accuracy > 1.5 * baseline, (accuracy, baseline)
-    # 85% of the slots show [MASK]; a generator that saw the original tokens would score near 1 (measured 0.99)
-    assert accuracy < 0.6, (accuracy, baseline)
+def test_generator_learns_more_than_token_frequencies(tmp_path):
+    # the generator needs longer than the discriminator: its loss at the [MASK] slots sits at the unigram level
+    # for the first ~400 steps (4.84 nats at step 300, unigram 4.66), then falls: 4.55 at step 600 of a 600-step run,
+    # 4.13 at step 600 and 3.93 at 1200 of a 1200-step run (the learning rate decays to 0 at the last step)
+    longer = [f"train.{k}=1000" for k in ("max_steps", "log_every", "eval_every", "save_every")]
+    metrics, cfg = final_eval([*longer, "model.dropout=0.0", "model.attention_dropout=0.0"], tmp_path / "run")
+    rate, unigram = token_frequency_baselines(cfg)
+    assert metrics["eval_mlm_majority_rate"] == pytest.approx(rate)
+    assert metrics["eval_mlm_unigram_entropy"] == pytest.approx(unigram)
+    # At the [MASK] slots (the kept 15% show the answer): the loss falls clearly below what any token-frequency
+    # model of these very slots gets. The argmax accuracy says little this early: "the" stays the best guess.
+    assert metrics["eval_masked_loss"] < unigram - 0.3, (metrics["eval_masked_loss"], unigram)
+    # a generator that saw the original tokens would score near 1 and near 0 nats
+    assert metrics["eval_masked_accuracy"] < 0.6, metrics

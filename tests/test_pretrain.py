@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import electra.pretrain as pretrain_module
-from electra.checkpoint import CheckpointError, list_checkpoints
+from electra.checkpoint import CheckpointError, list_checkpoints, reseal_checkpoint
 from electra.config import load_config
 from electra.data import PretrainingData, TokenizerInfo
 from electra.pretrain import pretrain
@@ -106,6 +106,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path):
     state = load_file(ckpt / "model.safetensors")
     state["embeddings.LayerNorm.weight"][0] = float("nan")  # every later loss is NaN
     save_file(state, ckpt / "model.safetensors")
+    reseal_checkpoint(ckpt)  # a deliberate edit: recorded as the checkpoint's content
     before = (ckpt / "model.safetensors").read_bytes()
     # skips are read at each log line (every 2 steps): the streak of 4 at step 6 is the first seen at >= 3
     with pytest.raises(pretrain_module.NonFiniteError, match="step 6: the last 4 steps had non-finite"):

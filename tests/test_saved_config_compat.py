@@ -38,6 +38,9 @@ def test_a_run_saved_without_the_new_keys_loads_and_resumes(tmp_path):
     assert len(saved) >= 2  # the run's and its checkpoint's
     for path in saved:  # as an older version wrote them
         path.write_text(yaml.safe_dump(without_new_keys(yaml.safe_load(path.read_text())), sort_keys=False))
+    for ckpt in list_checkpoints(run):  # ... before checkpoints recorded checksums, too
+        (ckpt / "SHA256SUMS").unlink()
+        (ckpt / "COMPLETE").write_text("")
 
     model, cfg = load_pretraining_model(run)
     assert cfg.objective.position_sampling == "without_replacement"

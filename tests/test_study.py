@@ -119,12 +119,18 @@ def test_a_dynamics_figure_is_drawn_from_the_runs_metrics(study, tmp_path):
 
 def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
     run = read_pretrain_run(study / "runs" / "kind=electra" / "pretrain")
-    run.evals[-1].update(eval_mlm_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75)
-    assert gate(run).learned is True
+    run.evals[-1].update(eval_masked_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75,
+                         eval_masked_loss=4.5, eval_mlm_unigram_entropy=4.55)  # fmt: skip
+    assert gate(run).learned is True  # by accuracy
     run.evals[-1].update(eval_disc_auc=0.58)  # the discriminator never left the plateau
     verdict = gate(run)
     assert verdict.learned is False and "discriminator AUC 0.58 not > 0.6" in verdict.describe()
-    run.evals[-1].update(eval_disc_auc=0.75, eval_mlm_accuracy=0.19)  # the generator predicts the unigram mode
+    run.evals[-1].update(eval_disc_auc=0.75, eval_masked_accuracy=0.19)  # the generator predicts the unigram mode
+    assert gate(run).learned is False
+    run.evals[-1].update(eval_masked_loss=4.4)  # ... but knows more than frequencies: 0.15 nats under unigram
+    assert gate(run).learned is True
+    run.evals[-1].update(eval_masked_loss=4.5)
+    run.evals[-1].update(eval_mlm_accuracy=0.33)  # all chosen slots, kept ones included: not what the gate reads
     assert gate(run).learned is False
     assert gate(None).learned is None
 

@@ -9,23 +9,35 @@ same object in memory, so both go through the same example builders.
                          builder); every document offset is also a line offset
     DIR/tokenizer/       a copy of the tokenizer (tokenizer.json), so a prepared folder is self-contained; a
                          folder of its own so that a run can copy it without the data
-    DIR/metadata.json    counts, dtype, format version, tokenizer hash, source fingerprint
+    DIR/metadata.json    counts, dtype, format version, tokenizer hash, source fingerprint, and the sha256 of
+                         tokens.bin, documents.npy and lines.npy (checked by `open_corpus`)
+
+Opening a folder checks every file against metadata.json, so a flipped byte, a truncation or an edit is an
+error naming the file, never a silently different corpus. Folders prepared before the hashes were recorded open
+unverified, with one warning.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from electra.errors import CorruptFileError, InputError
+from electra.files import sha256_file, verify_digests
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
 """Bumped whenever the files above change meaning; an older folder must be prepared again (1: tokenizer.json at
 the top level)."""
 TOKENS_FILE, DOCS_FILE, LINES_FILE, META_FILE = "tokens.bin", "documents.npy", "lines.npy", "metadata.json"
 TOKENIZER_FILE = "tokenizer/tokenizer.json"
+HASHED_FILES = (TOKENS_FILE, DOCS_FILE, LINES_FILE)
+"""Their sha256 is metadata.json's `sha256` (the tokenizer's is `tokenizer_sha256`)."""
 EVAL_SPLIT_SEED = 0x5EED
 """The held-out documents depend only on the corpus, not on the run seed, so runs with different seeds are
 evaluated on the same documents."""
@@ -73,45 +85,76 @@ def split_documents(num_documents: int, eval_fraction: float) -> tuple[np.ndarra
     return train_ids.astype(np.int64), eval_ids.astype(np.int64)
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def read_metadata(folder: Path) -> dict:
     path = Path(folder) / META_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path}: not a prepared corpus (no {META_FILE}; run `electra data prepare`)")
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: unreadable metadata: {err}") from err
+        raise InputError(f"{path}: unreadable metadata: {err}") from err
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
         found = meta.get("format_version") if isinstance(meta, dict) else None
-        raise ValueError(
+        raise InputError(
             f"{path}: prepared with format version {found}, this code reads version {FORMAT_VERSION}; "
             "run `electra data prepare` again into a new folder"
         )
+    kinds = {"num_tokens": int, "num_documents": int, "num_lines": int, "dtype": str, "tokenizer_sha256": str}
+    for key, kind in kinds.items():
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise InputError(f"{path}: '{key}' must be a {kind.__name__}, got {meta.get(key)!r}")
+    if meta["dtype"] not in ("uint16", "uint32"):
+        raise InputError(f"{path}: 'dtype' must be uint16 or uint32, got {meta['dtype']!r}")
     return meta
 
 
-def open_corpus(folder: str | Path) -> tuple[TokenCorpus, dict]:
-    """Memory-map a prepared folder, checking that it is complete and matches its own metadata."""
-    folder = Path(folder)
-    meta = read_metadata(folder)
+_warned_unverified = False
+
+
+def verify_corpus(folder: Path, meta: dict) -> None:
+    """Every file of a prepared folder against the sha256 in its metadata (CorruptFileError naming the file)."""
+    global _warned_unverified
     tok_path = folder / TOKENIZER_FILE
     if not tok_path.exists():
-        raise FileNotFoundError(f"{tok_path}: missing; the prepared folder is incomplete")
-    if file_sha256(tok_path) != meta["tokenizer_sha256"]:
-        raise ValueError(f"{tok_path}: does not match the tokenizer hash in {META_FILE}; prepare the data again")
+        raise CorruptFileError(f"{tok_path}: missing; the prepared folder is incomplete")
+    if sha256_file(tok_path) != meta["tokenizer_sha256"]:
+        raise CorruptFileError(f"{tok_path}: does not match the tokenizer hash in {META_FILE}; prepare the data again")
+    digests = meta.get("sha256")
+    if isinstance(digests, dict):
+        verify_digests(folder, digests, HASHED_FILES, recorded_in=META_FILE)
+    elif not _warned_unverified:
+        log.warning("%s (and any other folder prepared before file hashes were recorded) has no 'sha256' in %s: "
+                    "its files are checked by size only", folder, META_FILE)  # fmt: skip
+        _warned_unverified = True
+
+
+def open_corpus(folder: str | Path, verify: bool = True) -> tuple[TokenCorpus, dict]:
+    """Memory-map a prepared folder, checking that it is complete and matches its own metadata; `verify` also
+    hashes every file (see docs/reliability.md for what that costs)."""
+    folder = Path(folder)
+    meta = read_metadata(folder)
+    if verify:
+        verify_corpus(folder, meta)
     dtype = np.dtype(meta["dtype"])
     tokens_path = folder / TOKENS_FILE
     expected = meta["num_tokens"] * dtype.itemsize
-    if not tokens_path.exists() or tokens_path.stat().st_size != expected:
-        raise ValueError(f"{tokens_path}: expected {expected} bytes ({meta['num_tokens']} tokens); truncated?")
-    # An empty file cannot be memory-mapped; a corpus with no tokens is rejected at preparation anyway.
+    if not tokens_path.exists() or tokens_path.stat().st_size != expected or expected == 0:
+        raise CorruptFileError(f"{tokens_path}: expected {expected} bytes ({meta['num_tokens']} tokens); truncated?")
     tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(meta["num_tokens"],))
-    docs = np.load(folder / DOCS_FILE, allow_pickle=False)  # allow_pickle=False: loading never runs code
-    lines = np.load(folder / LINES_FILE, allow_pickle=False)
-    if len(docs) != meta["num_documents"] + 1 or docs[-1] != meta["num_tokens"]:
-        raise ValueError(f"{folder / DOCS_FILE}: does not match {META_FILE} (num_documents, num_tokens)")
+    docs, lines = _offsets(folder / DOCS_FILE), _offsets(folder / LINES_FILE)
+    if len(docs) != meta["num_documents"] + 1 or docs[0] != 0 or docs[-1] != meta["num_tokens"]:
+        raise CorruptFileError(f"{folder / DOCS_FILE}: does not match {META_FILE} (num_documents, num_tokens)")
+    if len(lines) != meta["num_lines"] + 1 or lines[0] != 0 or lines[-1] != meta["num_tokens"]:
+        raise CorruptFileError(f"{folder / LINES_FILE}: does not match {META_FILE} (num_lines, num_tokens)")
     return TokenCorpus(tokens=tokens, doc_offsets=docs, line_offsets=lines), meta
+
+
+def _offsets(path: Path) -> np.ndarray:
+    """A (n,) int64 array of non-decreasing offsets; np.load with allow_pickle=False never runs code."""
+    try:
+        offsets = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise CorruptFileError(f"{path}: cannot load ({' '.join(str(err).split())})") from None
+    if offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) < 2 or np.any(np.diff(offsets) < 0):
+        raise CorruptFileError(f"{path}: expected non-decreasing int64 offsets, got {offsets.dtype} {offsets.shape}")
+    return offsets

@@ -10,14 +10,16 @@ in input order, so the result does not depend on the number of workers.
 The folder is keyed by source + tokenizer: metadata.json records the tokenizer's sha256 and a fingerprint of the
 inputs and of the options they are read with (sources.py). Preparing into a folder made from other inputs or
 with another tokenizer fails (or, with --overwrite, replaces it); the same inputs and tokenizer again is a no-op.
-Everything is written into a temporary sibling folder that is renamed into place only when complete, so an
-interrupted run or a full disk leaves no half-written set that looks complete.
+Everything is written into a temporary sibling folder that is renamed into place only when complete (the sha256
+of every file recorded in metadata.json, written last), so an interrupted run or a full disk leaves no
+half-written set that looks complete: a kill at any moment leaves the old folder (or none), and rerunning
+completes the new one. One process at a time prepares into a folder (electra.files.folder_lock).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
+import io
 import json
 import logging
 import os
@@ -38,7 +40,6 @@ from electra.data.corpus import (
     META_FILE,
     TOKENIZER_FILE,
     TOKENS_FILE,
-    file_sha256,
     read_metadata,
 )
 from electra.data.sources import (
@@ -49,6 +50,9 @@ from electra.data.sources import (
     source_fingerprint,
     total_size,
 )
+from electra.errors import DiskFullError, InputError, is_disk_full
+from electra.faults import failpoint
+from electra.files import folder_lock
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 2 << 20  # text per worker task: large enough to amortise pickling, small enough to pipeline
@@ -140,9 +144,7 @@ def prepare(
     read_options: ReadOptions | None = None,
 ) -> dict:
     """Tokenize `inputs` (read as `read_options` says, by default ReadOptions()) with `tokenizer` into `out_dir`;
-    returns the metadata written (or found up to date)."""
-    from tqdm import tqdm
-
+    returns the metadata written (or found up to date). Holds `out_dir`'s lock while it works."""
     start_time = time.perf_counter()
     read_options = read_options or ReadOptions()
     out = Path(out_dir)
@@ -150,81 +152,132 @@ def prepare(
     tok_json = _tokenizer_json(tokenizer)
     tok_sha = hashlib.sha256(tok_json.encode("utf-8")).hexdigest()
     fingerprint = source_fingerprint(resolved, read_options)
-    existing = _check_existing(out, tok_sha, fingerprint, overwrite)
-    if existing is not None:
-        log.info("%s: already prepared from these inputs with this tokenizer; nothing to do", out)
-        return existing
+    with folder_lock(out, "data prepare"):
+        _remove_leftovers(out)
+        existing = _check_existing(out, tok_sha, fingerprint, overwrite)
+        if existing is not None:
+            log.info("%s: already prepared from these inputs with this tokenizer; nothing to do", out)
+            return existing
+        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        tmp.mkdir()
+        name = ""
+        try:
+            name = TOKENS_FILE
+            meta = _tokenize(inputs, resolved, read_options, tok_json, tmp, workers, show_progress)
+            for name, array in ((DOCS_FILE, meta.pop("_doc_offsets")), (LINES_FILE, meta.pop("_line_offsets"))):
+                buf = io.BytesIO()
+                np.save(buf, array)
+                meta["sha256"][name] = _write_synced(tmp / name, buf.getvalue())
+            name = TOKENIZER_FILE
+            (tmp / TOKENIZER_FILE).parent.mkdir()
+            meta["tokenizer_sha256"] = _write_synced(tmp / TOKENIZER_FILE, tok_json.encode("utf-8"))
+            elapsed = time.perf_counter() - start_time
+            meta.update(source_fingerprint=fingerprint, sources=[i.label for i in resolved],
+                        read_options=asdict(read_options), elapsed_s=round(elapsed, 2),
+                        tokens_per_s=round(meta["num_tokens"] / elapsed))  # fmt: skip
+            name = META_FILE
+            _write_synced(tmp / META_FILE, (json.dumps(meta, indent=2) + "\n").encode())  # last: marks it complete
+            name = ""
+            _replace_dir(tmp, out)
+        except BaseException as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if is_disk_full(err):
+                kept = f"the previous {out} is intact" if out.exists() else "nothing was kept"
+                raise DiskFullError(
+                    err.errno, f"disk full while writing {out / name} ({err.strerror}); {kept}"
+                ) from err
+            raise
+    return meta
 
+
+def _tokenize(inputs: list[str], resolved, read_options: ReadOptions, tok_json: str, tmp: Path,
+              workers: int | None, show_progress: bool) -> dict:  # fmt: skip
+    """Write tmp/tokens.bin; returns the metadata so far, with the offset arrays under `_doc_offsets` and
+    `_line_offsets`."""
     from tokenizers import Tokenizer
+    from tqdm import tqdm
 
     vocab_size = Tokenizer.from_str(tok_json).get_vocab_size()
     dtype = np.dtype(np.uint16 if vocab_size <= UINT16_MAX_VOCAB else np.uint32)
     workers = workers or default_workers()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     stats = ReadStats()
     line_lengths: list[np.ndarray] = []
     doc_line_counts: list[np.ndarray] = []
     num_tokens = empty_after_tokenizing = 0
+    tokens_hash = hashlib.sha256()
     docs = read_documents(resolved, read_options, stats)
-    try:
-        with (
-            open(tmp / TOKENS_FILE, "wb") as f,
-            tqdm(total=total_size(resolved), unit="B", unit_scale=True, desc="tokenizing",
-                 disable=not show_progress) as bar,
-        ):  # fmt: skip
-            for (ids, lengths), counts in _encode_in_order(docs, tok_json, workers):
-                # lines that tokenize to nothing (e.g. only control characters) are dropped, and so are
-                # documents left without lines; the counts say how many
-                keep = lengths > 0
-                per_doc = np.bincount(np.repeat(np.arange(len(counts)), counts)[keep], minlength=len(counts))
-                empty_after_tokenizing += int((per_doc == 0).sum())
-                doc_line_counts.append(per_doc[per_doc > 0])
-                line_lengths.append(lengths[keep])
-                f.write(np.ascontiguousarray(ids, dtype=dtype).data)  # (ndarray.tofile hides the errno)
-                num_tokens += len(ids)
-                bar.update(stats.input_bytes - bar.n)
-                bar.set_postfix_str(f"{num_tokens / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s")
-        if num_tokens == 0:
-            raise ValueError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
-        line_offsets = np.concatenate([[0], np.cumsum(np.concatenate(line_lengths))]).astype(np.int64)
-        line_counts = np.concatenate(doc_line_counts)
-        doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
-        np.save(tmp / DOCS_FILE, doc_offsets)
-        np.save(tmp / LINES_FILE, line_offsets)
-        (tmp / TOKENIZER_FILE).parent.mkdir()
-        (tmp / TOKENIZER_FILE).write_text(tok_json, encoding="utf-8")
-        elapsed = time.perf_counter() - start_time
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "num_documents": len(doc_offsets) - 1,
-            "num_tokens": int(num_tokens),
-            "num_lines": len(line_offsets) - 1,
-            "dtype": dtype.name,
-            "vocab_size": vocab_size,
-            "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
-            "source_fingerprint": fingerprint,
-            "sources": [i.label for i in resolved],
-            "read_options": asdict(read_options),
-            "bytes": stats.bytes,
-            "empty_documents": stats.empty_documents + empty_after_tokenizing,
-            "replaced_invalid_utf8": stats.replaced_chars,
-            "first_invalid_utf8": stats.first_replacement,
-            "document_tokens": _length_stats(np.diff(doc_offsets)),
-            "elapsed_s": round(elapsed, 2),
-            "tokens_per_s": round(num_tokens / elapsed),
-            "workers": workers,
-        }
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")  # written last: marks the set complete
-        _replace_dir(tmp, out)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            raise OSError(err.errno, f"{out}: disk full while writing ({err.strerror}); nothing was kept") from err
-        raise
-    return meta
+    with (
+        open(tmp / TOKENS_FILE, "wb") as f,
+        tqdm(total=total_size(resolved), unit="B", unit_scale=True, desc="tokenizing",
+             disable=not show_progress) as bar,
+    ):  # fmt: skip
+        for (ids, lengths), counts in _encode_in_order(docs, tok_json, workers):
+            # lines that tokenize to nothing (e.g. only control characters) are dropped, and so are
+            # documents left without lines; the counts say how many
+            keep = lengths > 0
+            per_doc = np.bincount(np.repeat(np.arange(len(counts)), counts)[keep], minlength=len(counts))
+            empty_after_tokenizing += int((per_doc == 0).sum())
+            doc_line_counts.append(per_doc[per_doc > 0])
+            line_lengths.append(lengths[keep])
+            data = np.ascontiguousarray(ids, dtype=dtype).data
+            failpoint("prepare.write")
+            f.write(data)  # (ndarray.tofile hides the errno)
+            tokens_hash.update(data)
+            num_tokens += len(ids)
+            bar.update(stats.input_bytes - bar.n)
+            bar.set_postfix_str(f"{num_tokens / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s")
+        f.flush()
+        os.fsync(f.fileno())
+    if num_tokens == 0:
+        raise InputError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
+    line_offsets = np.concatenate([[0], np.cumsum(np.concatenate(line_lengths))]).astype(np.int64)
+    line_counts = np.concatenate(doc_line_counts)
+    doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
+    return {
+        "format_version": FORMAT_VERSION,
+        "num_documents": len(doc_offsets) - 1,
+        "num_tokens": int(num_tokens),
+        "num_lines": len(line_offsets) - 1,
+        "dtype": dtype.name,
+        "vocab_size": vocab_size,
+        "tokenizer_sha256": None,
+        "source_fingerprint": None,
+        "sources": None,
+        "read_options": None,
+        "sha256": {TOKENS_FILE: tokens_hash.hexdigest()},
+        "bytes": stats.bytes,
+        "empty_documents": stats.empty_documents + empty_after_tokenizing,
+        "replaced_invalid_utf8": stats.replaced_chars,
+        "first_invalid_utf8": stats.first_replacement,
+        "document_tokens": _length_stats(np.diff(doc_offsets)),
+        "elapsed_s": None,
+        "tokens_per_s": None,
+        "workers": workers,
+        "_doc_offsets": doc_offsets,
+        "_line_offsets": line_offsets,
+    }
+
+
+def _write_synced(path: Path, data: bytes) -> str:
+    """Write and fsync `data`; returns its sha256."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Undo what killed runs left (only called while holding `out`'s lock): a run killed between moving the old
+    folder away and the new one into place left no `out`; its old folder (.OUT.old-PID) is put back. Then the
+    temporary folders (.OUT.tmp-PID, .OUT.old-PID) are deleted."""
+    olds = sorted(out.parent.glob(f".{out.name}.old-*"))
+    if not out.exists() and olds and (olds[0] / META_FILE).exists():
+        log.warning("%s: restored from %s, left by an interrupted run", out, olds[0])
+        os.rename(olds[0], out)
+    for pattern in (f".{out.name}.tmp-*", f".{out.name}.old-*"):
+        for leftover in out.parent.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _length_stats(lengths: np.ndarray) -> dict:
@@ -264,6 +317,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         os.rename(out, old)
+        failpoint("prepare.commit")
         os.rename(tmp, out)
         shutil.rmtree(old, ignore_errors=True)
     else:

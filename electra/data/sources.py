@@ -40,6 +40,7 @@ from electra.data.sources_text import (
     jsonl_documents,
     txt_documents,
 )
+from electra.errors import InputError
 
 FILE_KINDS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 ROW_KINDS = {"jsonl", "parquet", "arrow", "saved", "hf"}
@@ -61,10 +62,10 @@ class ReadOptions:
 
     def __post_init__(self):
         if self.doc_separator not in DOC_SEPARATORS:
-            raise ValueError(f"unknown document separator {self.doc_separator!r}: expected one of "
+            raise InputError(f"unknown document separator {self.doc_separator!r}: expected one of "
                              f"{', '.join(DOC_SEPARATORS)}")  # fmt: skip
         if not self.text_column or not self.split:
-            raise ValueError("the text column and the split must be non-empty names")
+            raise InputError("the text column and the split must be non-empty names")
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,11 @@ def _file_kind(path: Path) -> str | None:
 def _file_input(path: Path) -> Input:
     kind = _file_kind(path)
     if kind is None:
-        raise ValueError(f"{path}: unsupported input type {path.suffix!r} (expected .txt, .jsonl, .parquet, "
+        raise InputError(f"{path}: unsupported input type {path.suffix!r} (expected .txt, .jsonl, .parquet, "
                          f".arrow or a tar archive)")  # fmt: skip
     size = path.stat().st_size
     if size == 0:
-        raise ValueError(f"{path}: empty input file")
+        raise InputError(f"{path}: empty input file")
     return Input(kind, str(path), size)
 
 
@@ -107,7 +108,7 @@ def _folder_inputs(folder: Path, options: ReadOptions) -> list[Input]:
 def resolve_inputs(specs: list[str], options: ReadOptions = ReadOptions()) -> list[Input]:
     """Classify each input and expand folders; fail clearly on missing or empty input or an unknown dataset."""
     if not specs:
-        raise ValueError("no input given: pass text, archive, Parquet or Arrow files, folders, or a dataset name")
+        raise InputError("no input given: pass text, archive, Parquet or Arrow files, folders, or a dataset name")
     inputs: list[Input] = []
     for spec in specs:
         path = Path(spec)
@@ -198,4 +199,4 @@ def read_documents(
             else:
                 stats.empty_documents += 1
         if stats.documents == n_before:
-            raise ValueError(f"{inp.name}: no text in this input (only blank lines or empty documents)")
+            raise InputError(f"{inp.name}: no text in this input (only blank lines or empty documents)")

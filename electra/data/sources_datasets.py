@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from electra.data.sources_text import ReadStats, split_lines
+from electra.errors import InputError
 
 ROWS_PER_BATCH = 1024
 SAVED_DATASET_MARKERS = ("dataset_dict.json", "state.json")
@@ -31,12 +32,12 @@ def _check_text_type(name: str, column: str, arrow_type) -> None:
     import pyarrow as pa
 
     if not (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)):
-        raise ValueError(f"{name}: column '{column}' holds {arrow_type}, not strings; choose one with --text-column")
+        raise InputError(f"{name}: column '{column}' holds {arrow_type}, not strings; choose one with --text-column")
 
 
 def _check_column(name: str, column: str, columns: list[str]) -> None:
     if column not in columns:
-        raise ValueError(f"{name}: no column '{column}' (columns: {', '.join(columns)}); choose one with --text-column")
+        raise InputError(f"{name}: no column '{column}' (columns: {', '.join(columns)}); choose one with --text-column")
 
 
 def _row_documents(texts: Iterable, name: str, first_row: int, stats: ReadStats) -> Iterator[list[str]]:
@@ -44,7 +45,7 @@ def _row_documents(texts: Iterable, name: str, first_row: int, stats: ReadStats)
         if text is None:
             yield []  # a missing value: an empty document
         elif not isinstance(text, str):
-            raise ValueError(f"{name}: row {row}: expected a string, got {type(text).__name__}")
+            raise InputError(f"{name}: row {row}: expected a string, got {type(text).__name__}")
         else:
             stats.bytes += len(text.encode("utf-8"))
             yield split_lines(text)
@@ -57,7 +58,7 @@ def parquet_documents(path: str, column: str, stats: ReadStats) -> Iterator[list
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as err:
-        raise ValueError(f"{path}: not a readable Parquet file ({_one_line(err)})") from None
+        raise InputError(f"{path}: not a readable Parquet file ({_one_line(err)})") from None
     _check_column(path, column, pf.schema_arrow.names)
     _check_text_type(path, column, pf.schema_arrow.field(column).type)
     size, num_rows = Path(path).stat().st_size, max(pf.metadata.num_rows, 1)
@@ -81,7 +82,7 @@ def arrow_documents(path: str, column: str, stats: ReadStats) -> Iterator[list[s
             try:
                 reader = pa.ipc.open_file(source)
             except pa.ArrowException as err:
-                raise ValueError(f"{path}: not a readable Arrow file ({_one_line(err)})") from None
+                raise InputError(f"{path}: not a readable Arrow file ({_one_line(err)})") from None
             batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
         _check_column(path, column, reader.schema.names)
         _check_text_type(path, column, reader.schema.field(column).type)
@@ -129,10 +130,10 @@ def saved_dataset_documents(path: str, column: str, split: str, size: int, stats
     try:
         ds = datasets.load_from_disk(path)
     except Exception as err:  # a damaged folder: datasets raises a variety of errors
-        raise ValueError(f"{path}: not a readable `datasets` folder ({_one_line(err)})") from None
+        raise InputError(f"{path}: not a readable `datasets` folder ({_one_line(err)})") from None
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
-            raise ValueError(f"{path}: no split '{split}' (splits: {', '.join(ds)}); choose one with --split")
+            raise InputError(f"{path}: no split '{split}' (splits: {', '.join(ds)}); choose one with --split")
         ds = ds[split]
     yield from _dataset_documents(ds, path, column, size, stats)
 
@@ -144,13 +145,13 @@ def hub_builder(spec: str, split: str):
     try:
         builder = datasets.load_dataset_builder(name, config or None)
     except Exception as err:  # offline and not cached, unknown name, no network, ...
-        raise ValueError(
+        raise InputError(
             f"{spec}: not a file or folder, nor a dataset in the local Hugging Face cache or reachable on the hub "
             f"({_one_line(err)})"
         ) from None
     splits = builder.info.splits
     if splits and split not in splits:
-        raise ValueError(f"{spec}: no split '{split}' (splits: {', '.join(splits)}); choose one with --split")
+        raise InputError(f"{spec}: no split '{split}' (splits: {', '.join(splits)}); choose one with --split")
     return builder
 
 

@@ -23,6 +23,8 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from electra.errors import InputError
+
 CHUNK_BYTES = 8 << 20  # read text in 8 MiB pieces: bounded memory, few Python calls
 DOC_SEPARATORS = ("blank", "file", "line")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".txz", ".xz")
@@ -120,7 +122,7 @@ def text_documents(f: BinaryIO, name: str, separator: str, stats: ReadStats) -> 
     paragraphs; line: every non-empty line is a document of its own.
     """
     if separator not in DOC_SEPARATORS:
-        raise ValueError(f"unknown document separator {separator!r}: expected one of {', '.join(DOC_SEPARATORS)}")
+        raise InputError(f"unknown document separator {separator!r}: expected one of {', '.join(DOC_SEPARATORS)}")
     doc: list[str] = []
     for line in _stripped_lines(f, name, stats):
         if line:
@@ -155,10 +157,10 @@ def jsonl_documents(path: str, field_name: str, stats: ReadStats) -> Iterator[li
             text = _decode(raw, path, line_no, stats)
             try:
                 obj = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from None
+            except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5000-digit number, deep nesting
+                raise InputError(f"{path}:{line_no}: not valid JSON ({getattr(err, 'msg', err)})") from None
             if not isinstance(obj, dict) or not isinstance(obj.get(field_name), str):
-                raise ValueError(f"{path}:{line_no}: expected an object with a string '{field_name}' field")
+                raise InputError(f"{path}:{line_no}: expected an object with a string '{field_name}' field")
             yield split_lines(obj[field_name])
 
 
@@ -173,7 +175,7 @@ def archive_documents(path: str, stats: ReadStats) -> Iterator[list[str]]:
         found = yield from _tar_documents(f, path, stats)
         stats.input_bytes = start + os.path.getsize(path)  # the end-of-archive padding is never read
     if not found:
-        raise ValueError(f"{path}: archive holds no .txt files (nor archives of them)")
+        raise InputError(f"{path}: archive holds no .txt files (nor archives of them)")
 
 
 def _tar_documents(f: BinaryIO, name: str, stats: ReadStats) -> Generator[list[str], None, int]:
@@ -192,5 +194,5 @@ def _tar_documents(f: BinaryIO, name: str, stats: ReadStats) -> Generator[list[s
                 elif is_archive(member.name):
                     found += yield from _tar_documents(tar.extractfile(member), member_name, stats)
     except _ARCHIVE_ERRORS as err:
-        raise ValueError(f"{name}: not a readable tar archive, or damaged ({type(err).__name__}: {err})") from None
+        raise InputError(f"{name}: not a readable tar archive, or damaged ({type(err).__name__}: {err})") from None
     return found

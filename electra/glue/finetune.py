@@ -4,7 +4,8 @@ Each step: set every parameter group's layer-wise lr from the schedule, forward,
 the batch, as OFF, or averaged), backward, clip the global norm, update (Adam without bias correction, as OFF, or
 AdamW). Dev evaluation at the end (optionally after every epoch) and test predictions on request. The recipe is a
 FinetuneConfig (electra/config.py); what differs between tasks comes from their Task (electra/glue/tasks.py).
-Returns the run's record; the sweep writes it (atomically) as the run's result file.
+Returns the run's record; the sweep writes it (atomically) as the run's result file. RUN/metrics.jsonl gets the
+training loss every LOG_EVERY steps and the final dev metrics (prefixed dev_), as do the run's trackers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from electra.glue.heads import GlueModel, build_model, export_hf
 from electra.glue.loading import TaskData, with_swapped_pairs
 from electra.glue.optim import build_optimizer, set_learning_rates
 from electra.glue.tasks import Task
+from electra.monitor import write_metrics
 from electra.optim import clip_and_step, scheduled_lr
 
 
@@ -145,11 +147,14 @@ def check_finite(losses: torch.Tensor, step: int, what: str) -> list[float]:
 
 def finetune(
     prep: Prepared, pre: Pretrained, cfg: FinetuneConfig, seed: int, device: torch.device,
-    run_dir: Path, progress: bool = True,
+    run_dir: Path, progress: bool = True, writers: list | tuple = (),
 ) -> dict:  # fmt: skip
-    """One (task, seed) run from the pretrained body: train, evaluate on dev, predict test; returns its record."""
+    """One (task, seed) run from the pretrained body: train, evaluate on dev, predict test; returns its record.
+    `writers`: open trackers (electra.monitor.open_loggers) that get what RUN/metrics.jsonl gets."""
     task = prep.data.task
     start = time.time()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run always starts from step 0: no lines of an earlier try
     model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed, cfg.head_init).to(device)
     optimizer = build_optimizer(model, cfg, pre.cfg.num_layers)
     n = len(prep.train)
@@ -180,14 +185,17 @@ def finetune(
                 recent = check_finite(losses, step, f"{task.name} seed {seed}")
                 head_lr = scheduled_lr(cfg.lr, step - 1, total, warmup, cfg.schedule)
                 bar.set_postfix(loss=f"{np.mean(recent):.4f}", lr=f"{head_lr:.2e}")
+                # the mean loss of the last LOG_EVERY steps, and the head's learning rate at the last one
+                write_metrics(run_dir, {"step": step, "loss": float(np.mean(recent)), "lr": head_lr}, writers)
         if cfg.eval_every_epoch:
             history.append({"epoch": epoch + 1, "step": step, "metrics": evaluate(model, prep, cfg, device, scale)[0]})
     bar.close()
 
     losses = losses[:step].tolist()
     scores, extra, check = evaluate(model, prep, cfg, device, scale)
+    write_metrics(run_dir, {"step": step, **{f"dev_{k}": v for k, v in {**scores, **extra}.items()}}, writers)
     record = {
-        "task": task.name, "seed": seed, "metrics": scores, "extra_metrics": extra,
+        "task": task.name, "seed": seed, "main_metric": task.main_metric, "metrics": scores, "extra_metrics": extra,
         "n_train": prep.data.n_train, "n_eval": prep.data.n_eval,
         "n_eval_splits": {k: len(v) for k, v in prep.data.dev.items()},
         "steps": step, "epochs": epochs, "warmup_steps": warmup,

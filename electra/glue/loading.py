@@ -1,18 +1,22 @@
-"""Examples from a GLUE folder in the original TSV layout (download_glue_data.py), or from the hub's `nyu-mll/glue`.
+"""Examples from a GLUE folder in the original TSV layout (download_glue_data.py), or in the schema of the hub's
+`nyu-mll/glue`: a `datasets` save_to_disk folder, the hub repo's Parquet files, or the hub dataset itself (from
+the local datasets cache when offline). Where each layout lives: electra/glue/tasks.py.
 
-Both give the same examples and label ids. TSVs are read with quoting disabled (some rows hold stray quote
+All give the same examples and label ids. TSVs are read with quoting disabled (some rows hold stray quote
 characters) and a UTF-8 BOM is tolerated (MRPC starts with one). Any malformed row is an error naming the file
-and line: a silently skipped row changes the dev set and makes scores incomparable.
+and line: a silently skipped row changes the dev set and makes scores incomparable. Hub-schema label ids are
+taken only after the ClassLabel names are checked against the task's.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from electra.glue.tasks import TASKS, Task, TaskSpec
+from electra.glue.tasks import HUB_DATASET, Split, Task, TaskSpec, parquet_files
 
 INDEX_COLUMNS = ("index", "id")  # the test files' row ids (QQP calls it id); submissions echo them
 
@@ -47,25 +51,30 @@ class TaskData:
 
 
 def load_task(spec: TaskSpec, with_test: bool = False) -> TaskData:
-    """All splits of a task from its folder, or from the hub when `spec.root` is None."""
+    """All splits of a task from where `spec` says (tasks.py `resolve_tasks`); test sets only `with_test`, with
+    those of the tasks in `spec.extra` (MNLI's model predicts AX)."""
     task = spec.task
-    if spec.root is None:
-        return _load_from_hub(task, with_test)
-    train = read_tsv(spec.root / task.train.file, task) if task.train else []
-    dev = {s.suffix: read_tsv(spec.root / s.file, task) for s in task.dev}
-    test: dict[str, list[Example]] = {}
+    if spec.layout == "tsv":
+        assert spec.root is not None
+        root = spec.root
+        train = read_tsv(root / task.train.file, task) if task.train else []
+        dev = {s.suffix: read_tsv(root / s.file, task) for s in task.dev}
+        test = {_test_name(s): read_tsv(root / s.file, task, labelled=False)
+                for s in task.test if with_test and (root / s.file).exists()}  # fmt: skip
+    else:
+        split = _hub_schema_splits(spec)
+        train = examples_from_hub(task, split(task.train.hub)) if task.train else []
+        dev = {s.suffix: examples_from_hub(task, split(s.hub)) for s in task.dev}
+        test = {_test_name(s): examples_from_hub(task, split(s.hub), labelled=False)
+                for s in task.test if with_test and split(s.hub, optional=True) is not None}  # fmt: skip
     if with_test:
-        for s in task.test:
-            if (spec.root / s.file).exists():
-                test[s.submission or s.file] = read_tsv(spec.root / s.file, task, labelled=False)
-        for name, folder in spec.extra.items():
-            other = TASKS[name]
-            for s in other.test:
-                if folder is None:
-                    test[s.submission or s.file] = _load_from_hub(other, True).test[s.submission or s.file]
-                else:
-                    test[s.submission or s.file] = read_tsv(folder / s.file, other, labelled=False)
+        for other in spec.extra.values():
+            test.update(load_task(other, with_test=True).test)
     return TaskData(task, train, dev, test)
+
+
+def _test_name(split: Split) -> str:
+    return split.submission or split.file
 
 
 def read_tsv(path: Path, task: Task, labelled: bool = True) -> list[Example]:
@@ -123,41 +132,98 @@ def parse_label(value: str, task: Task, where: str) -> int | float:
         raise ValueError(f"{where}: label {value!r} is not one of {list(task.labels)} (task {task.name})") from None
 
 
-# -- the HF hub ------------------------------------------------------------------------------------------------
+# -- the nyu-mll/glue schema: datasets folders, Parquet files, the hub --------------------------------------------
 
 
-def _load_from_hub(task: Task, with_test: bool) -> TaskData:
+@dataclass
+class HubSplit:
+    """One split in the hub's schema, however it was stored: its features (to check the label names) and rows."""
+
+    where: str
+    """Named in errors: the file, folder or hub config it came from."""
+    features: dict
+    """Column name -> `datasets` feature (ClassLabel for the labels of a classification task)."""
+    rows: Iterable[dict]
+
+
+def _hub_schema_splits(spec: TaskSpec):
+    """`split(name, optional=False) -> HubSplit | None` for a task stored in the hub's schema."""
+    from electra.data.sources_datasets import _import_datasets, _one_line
+
+    datasets = _import_datasets()
+    task, root = spec.task, spec.root
+    if spec.layout == "parquet":
+        assert root is not None
+
+        def split(name: str, optional: bool = False) -> HubSplit | None:
+            files = parquet_files(root, name)
+            if not files:
+                if optional:
+                    return None
+                raise FileNotFoundError(f"{root}: no Parquet files of split {name!r} (task {task.name})")
+            return read_parquet_split(files, f"{root}/{name}")
+
+        return split
+    if spec.layout == "datasets":
+        try:
+            loaded = datasets.load_from_disk(str(root))
+        except Exception as err:  # a damaged folder: datasets raises a variety of errors
+            raise ValueError(f"{root}: not a readable `datasets` folder ({_one_line(err)})") from None
+        where = str(root)
+    else:
+        try:
+            loaded = datasets.load_dataset(HUB_DATASET, task.hub_config)
+        except Exception as err:  # offline and not cached, no network, ...
+            raise ValueError(
+                f"{HUB_DATASET} ({task.hub_config}): not in the local datasets cache, and the hub is not reachable "
+                f"({_one_line(err)}); pass a GLUE folder with --glue-dir"
+            ) from None
+        where = f"{HUB_DATASET} {task.hub_config}"
+
+    def split(name: str, optional: bool = False) -> HubSplit | None:
+        if name not in loaded:
+            if optional:
+                return None
+            raise ValueError(f"{where}: no split {name!r} (splits: {', '.join(loaded)}; task {task.name})")
+        return HubSplit(f"{where} {name}", dict(loaded[name].features), loaded[name])
+
+    return split
+
+
+def read_parquet_split(files: list[Path], where: str) -> HubSplit:
+    """Parquet files written by `datasets` (the hub's files are): the features come from the schema's metadata."""
     import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    if task.hub_config is None:
-        raise ValueError(f"task {task.name} has no hub dataset; pass --glue-dir")
-    ds = datasets.load_dataset("nyu-mll/glue", task.hub_config)
-    train = examples_from_hub(task, ds[task.train.hub]) if task.train else []
-    dev = {s.suffix: examples_from_hub(task, ds[s.hub]) for s in task.dev}
-    test: dict[str, list[Example]] = {}
-    if with_test:
-        for s in task.test:
-            test[s.submission or s.file] = examples_from_hub(task, ds[s.hub], labelled=False)
-        for name in task.also_predict:
-            test.update(_load_from_hub(TASKS[name], True).test)
-    return TaskData(task, train, dev, test)
+    try:
+        table = pa.concat_tables([pq.read_table(f) for f in files])
+    except (pa.ArrowException, OSError) as err:
+        raise ValueError(f"{files[0]}: not a readable Parquet file ({type(err).__name__}: {err})") from None
+    return HubSplit(where, dict(datasets.Features.from_arrow_schema(table.schema)), table.to_pylist())
 
 
 def examples_from_hub(task: Task, split, labelled: bool = True) -> list[Example]:
-    """A `datasets.Dataset` with the hub's schema (text fields, `label`, `idx`) -> examples.
+    """A split with the hub's schema (text fields, `label`, `idx`; a `datasets.Dataset` or a HubSplit) -> examples.
 
-    The hub's ClassLabel names are checked against the task's, so label ids mean the same as from the TSVs.
+    The ClassLabel names are checked against the task's, so label ids mean the same as from the TSVs.
     """
+    if not isinstance(split, HubSplit):
+        split = HubSplit(f"{HUB_DATASET} {task.hub_config}", dict(split.features), split)
     field_a, field_b = task.hub_fields
+    for name in (field_a, field_b, "label" if labelled else None):
+        if name is not None and name not in split.features:
+            fields = ", ".join(split.features)
+            raise ValueError(f"{split.where}: no field {name!r} (fields: {fields}; task {task.name})")
     if task.hub_labels is not None and "label" in split.features:
         names = tuple(getattr(split.features["label"], "names", ()))
         if names != task.hub_labels:
-            raise ValueError(f"hub {task.hub_config}: label names {names}, expected {task.hub_labels}")
+            raise ValueError(f"{split.where}: label names {names}, expected {task.hub_labels} (task {task.name})")
     examples = []
-    for i, row in enumerate(split):
+    for i, row in enumerate(split.rows):
         for name in (field_a, field_b):
             if name is not None and not str(row[name]).strip():
-                raise ValueError(f"hub {task.hub_config} row {i}: empty text in field {name!r}")
+                raise ValueError(f"{split.where} row {i}: empty text in field {name!r}")
         label = row.get("label")
         if not labelled or label is None or label == -1:  # test rows carry label -1
             label = None

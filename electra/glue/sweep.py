@@ -3,10 +3,13 @@ then report. `run_sweep(SweepSpec(...))` does the work; electra/cli.py only turn
 
     OUT/sweep.json                       what this folder holds (model, recipe, hyperparameters, their fingerprint)
     OUT/runs/TASK/seedS/result.json      one finished run, written atomically when it finishes
+    OUT/runs/TASK/seedS/metrics.jsonl    its training loss every LOG_EVERY steps and its final dev metrics
     OUT/runs/TASK/seedS/claim            the process working on it (several processes can share OUT)
     OUT/runs/TASK/seedS/failed.json      a run that failed (non-finite loss); retried next time
     OUT/results.{json,csv,md}            the report, rewritten after every finished run
     OUT/submission/, glue_submission.zip test predictions in the GLUE server format (finetune.predict_test)
+    OUT/tensorboard/TASK/seedS/          with `loggers` tensorboard: the run's metrics.jsonl as event files
+    OUT/wandb/                           with `loggers` wandb: one W&B run per (task, seed), grouped by OUT's name
 
 Running the same spec again skips finished runs and takes over runs whose claiming process died, so a killed
 sweep resumes where it stopped. With several devices or workers, one process per worker (`python -m
@@ -21,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,10 +38,12 @@ from electra.config import ConfigError, FinetuneConfig, merge, validate_finetune
 from electra.files import write_json
 from electra.glue.finetune import Pretrained, finetune, load_pretrained, prepare
 from electra.glue.loading import TaskData, load_task
-from electra.glue.report import write_report
+from electra.glue.report import chance_lines, write_report
 from electra.glue.submission import write_submission
-from electra.glue.tasks import TaskSpec, resolve_tasks
+from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
+from electra.hub import model_identity
 from electra.memory import keep_freed_memory_in_heap
+from electra.monitor import check_trackers, open_loggers
 
 log = logging.getLogger("electra.glue")
 
@@ -52,11 +58,14 @@ class SweepSpec:
     out: str
     """The output folder; running the same spec again resumes it."""
     model: str | None = None
-    """A pretraining run folder, a checkpoint, our HF export, or a transformers ELECTRA folder."""
+    """A pretraining run folder, a checkpoint, our HF export, a transformers ELECTRA folder, or a hub model id
+    (ORG/NAME[@REVISION], from the local Hugging Face cache when offline)."""
     tasks: list[str] = field(default_factory=lambda: ["all"])
     """all, GLUE task names (cola sst2 mrpc stsb qqp mnli qnli rte wnli) and/or folders holding a task.json."""
     glue_dir: str | None = None
-    """GLUE data in the original TSV layout (CoLA/, SST-2/, ...); None: nyu-mll/glue from the HF hub."""
+    """A GLUE folder: the original TSVs (CoLA/, SST-2/, ...), or per task nyu-mll/glue's config saved by `datasets`
+    (rte/ from save_to_disk) or as the hub repo's Parquet files (rte/train-00000-of-00001.parquet, ...). None:
+    nyu-mll/glue from the hub (offline: from the local datasets cache)."""
     seeds: list[int] = field(default_factory=lambda: list(range(5)))
     tokenizer: str | None = None
     """A tokenizer folder, when none comes with the model."""
@@ -72,6 +81,8 @@ class SweepSpec:
     """End this session after this many runs (the next call continues)."""
     progress: bool = True
     """A progress bar per run."""
+    loggers: list[str] = field(default_factory=list)
+    """Trackers each run also logs to (tensorboard, wandb): one tracker run per (task, seed), grouped by sweep."""
 
 
 @dataclass
@@ -130,6 +141,7 @@ def check_spec(spec: SweepSpec) -> None:
         raise ValueError(f"seeds {seeds}: need at least one seed, distinct and non-negative")
     if spec.num_workers < 1 or (spec.stop_after is not None and spec.stop_after < 1):
         raise ValueError("num_workers and stop_after must be at least 1")
+    check_trackers(spec.loggers)
     validate_finetune(spec.finetune)
 
 
@@ -156,7 +168,12 @@ def work(spec: SweepSpec, header: dict, data: dict[str, TaskData], device: torch
                 pretrained = load_pretrained(spec.model, spec.tokenizer)
             if task not in prepared:
                 prepared[task] = prepare(data[task], pretrained.tokenizer, cfg)
-            record = finetune(prepared[task], pretrained, cfg, seed, device, rdir, progress=spec.progress)
+            writers = open_trackers(spec, task, seed)
+            try:
+                record = finetune(prepared[task], pretrained, cfg, seed, device, rdir, spec.progress, writers)
+            finally:
+                for w in writers:
+                    w.close()
             record.update(fingerprint=header["fingerprint"], config=dataclasses.asdict(cfg), model=spec.model,
                           worker={"pid": os.getpid(), "host": socket.gethostname()})  # fmt: skip
             write_json(rdir / "result.json", record)
@@ -174,8 +191,21 @@ def work(spec: SweepSpec, header: dict, data: dict[str, TaskData], device: torch
             break
 
 
+def open_trackers(spec: SweepSpec, task: str, seed: int) -> list:
+    """The trackers of one run: TensorBoard in OUT/tensorboard/TASK/seedS (emptied: a run restarts from step 0),
+    W&B runs under OUT/wandb named TASK-seedS in the group OUT's name, with the run's resolved FinetuneConfig."""
+    out = Path(spec.out)
+    tensorboard_dir = out / "tensorboard" / task / f"seed{seed}"
+    shutil.rmtree(tensorboard_dir, ignore_errors=True)
+    config = {"finetune": dataclasses.asdict(spec.finetune), "task": task, "seed": seed, "model": spec.model,
+              "recipe": spec.recipe}  # fmt: skip
+    return open_loggers(spec.loggers, out, config, name=f"{task}-seed{seed}", group=out.resolve().name,
+                        tensorboard_dir=tensorboard_dir)  # fmt: skip
+
+
 def finish(out: Path, header: dict, worker_exit_codes: list[int]) -> SweepResult:
-    """The report and, when runs predicted test sets, the submission; printed and returned."""
+    """The report and, when runs predicted test sets, the submission; a short summary printed, the results
+    returned."""
     records, failed = collect(out)
     if not records:
         print(f"no finished runs in {out} yet")
@@ -186,10 +216,31 @@ def finish(out: Path, header: dict, worker_exit_codes: list[int]) -> SweepResult
         if zip_path is not None:
             also = f" (the server also needs: {', '.join(missing)})" if missing else ""
             print(f"GLUE submission: {zip_path}{also}")
-    md = (out / "results.md").read_text()
-    print(md.split("## Configuration")[0].rstrip())
-    print(f"\nreport: {out / 'results.md'}, {out / 'results.json'}, {out / 'results.csv'}")
+    print("\n".join(summary_lines(results, records, failed)))
+    print(f"report: {out / 'results.md'} (also .json, .csv)")
     return SweepResult(results, failed, worker_exit_codes)
+
+
+def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> list[str]:
+    """One line per task (its main metric: median ± std over seeds), the aggregate scores that are defined, and
+    the warnings: seeds at chance level, failed runs. The rest is in results.md."""
+    main = {r["task"]: r.get("main_metric") for r in records}  # records before main_metric: the registry's
+    lines = []
+    for task, entry in results["tasks"].items():
+        metric = main.get(task) or (TASKS[task].main_metric if task in TASKS else next(iter(entry["metrics"])))
+        s = entry["metrics"][metric]
+        seeds = f"{s['n']} seed" + ("s" if s["n"] != 1 else "")
+        lines.append(f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds})")
+    scores = [f"{style} {score:.2f}" for style, score in results["scores"].items() if score is not None]
+    if scores:
+        lines.append("GLUE scores: " + ", ".join(scores))
+    by_task: dict[str, list[dict]] = {}
+    for r in records:
+        by_task.setdefault(r["task"], []).append(r)
+    lines += [f"WARNING {line}" for line in chance_lines(by_task)]
+    if failed:
+        lines.append(f"{len(failed)} run(s) failed (non-finite loss); run the same sweep again to retry them")
+    return lines
 
 
 def summary_line(r: dict) -> str:
@@ -223,7 +274,7 @@ def collect(out: Path) -> tuple[list[dict], list[dict]]:
 
 def fingerprint(spec: SweepSpec) -> tuple[str, dict]:
     fields = {k: v for k, v in dataclasses.asdict(spec.finetune).items() if k not in _NOT_FINGERPRINTED}
-    fields["model"] = str(Path(spec.model).resolve())
+    fields["model"] = model_identity(spec.model)  # a hub id: with the commit of its snapshot
     fields["tokenizer"] = str(Path(spec.tokenizer).resolve()) if spec.tokenizer else None
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16], fields
 

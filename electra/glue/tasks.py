@@ -1,4 +1,5 @@
-"""The task registry: the nine GLUE tasks, the AX diagnostic set, and custom tasks described by a `task.json`.
+"""The task registry: the nine GLUE tasks, the AX diagnostic set, and custom tasks described by a `task.json`; and
+where a task's data is (`resolve_tasks`).
 
 A task says where its text and labels are (column names in the original GLUE TSV header, as written by
 download_glue_data.py, and field names in the HF hub dataset `nyu-mll/glue`), its label strings in id order, its
@@ -6,13 +7,24 @@ metrics and epochs, and how fine-tuning treats it: whether its pairs are unorder
 how regression targets are scaled, the range its predictions are clipped to, and the test sets of other tasks its
 model predicts. Fine-tuning reads only these fields, never a task's name, so a new task is data, not code.
 Label ids follow the hub's order, so both sources give the same ids.
+
+A GLUE folder (--glue-dir) may hold each task in one of three layouts, found per task:
+
+    DIR/RTE/train.tsv, dev.tsv, test.tsv              the original TSVs (download_glue_data.py)
+    DIR/rte/dataset_dict.json, train/, validation/    `datasets`' save_to_disk of nyu-mll/glue's config `rte`
+    DIR/rte/train-00000-of-00001.parquet, ...         the Parquet files of the hub repo nyu-mll/glue (or of its
+                                                      parquet export: DIR/rte/validation/0000.parquet)
+
+Without a folder, tasks come from the hub dataset nyu-mll/glue through `datasets.load_dataset` (offline, with
+HF_HUB_OFFLINE=1: from the local datasets cache).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 METRICS = ("mcc", "accuracy", "f1", "pearson", "spearman")
 
@@ -131,11 +143,17 @@ TASKS: dict[str, Task] = {
     ]
 }  # fmt: skip
 
+HUB_DATASET = "nyu-mll/glue"
+"""The hub dataset the GLUE tasks come from without --glue-dir; its schema is the one of the hub layouts."""
+
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 """The nine fine-tuning tasks in the usual order; `--tasks all`."""
 
 AX_FOLDERS = ("diagnostic", "AX")
 """download_glue_data.py writes diagnostic/diagnostic.tsv; some mirrors use AX/diagnostic.tsv."""
+
+
+Layout = Literal["tsv", "datasets", "parquet", "hub"]
 
 
 @dataclass(frozen=True)
@@ -144,9 +162,12 @@ class TaskSpec:
 
     task: Task
     root: Path | None
-    """The task's folder, or None to load it from the HF hub."""
-    extra: dict[str, Path | None] = field(default_factory=dict)
-    """Folders of the tasks in `also_predict` that have data (MNLI -> AX); None: from the hub."""
+    """The task's folder; None for the hub."""
+    layout: Layout = "tsv"
+    """tsv: the original files (or a custom task's); datasets: a save_to_disk folder; parquet: the hub repo's
+    Parquet files; hub: `datasets.load_dataset(HUB_DATASET, task.hub_config)`."""
+    extra: dict[str, TaskSpec] = field(default_factory=dict)
+    """The tasks in `also_predict` that have data (MNLI -> AX), with where it is."""
 
 
 def load_custom_task(folder: Path) -> Task:
@@ -264,17 +285,70 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
 
 def _glue_spec(task: Task, glue_root: Path | None, strict: bool) -> TaskSpec | None:
     if glue_root is None:  # the HF hub has every task
-        return TaskSpec(task, None, {name: None for name in task.also_predict})
-    folder = glue_root / task.folder
-    if not _check_files(task, folder, strict):
+        return TaskSpec(task, None, "hub", {name: TaskSpec(TASKS[name], None, "hub") for name in task.also_predict})
+    spec = _locate(task, glue_root, strict)
+    if spec is None:
         return None
-    extra: dict[str, Path | None] = {}
-    for name in task.also_predict:
-        for candidate in AX_FOLDERS:
-            if all((glue_root / candidate / s.file).exists() for s in TASKS[name].test):
-                extra[name] = glue_root / candidate
-                break
-    return TaskSpec(task, folder, extra)
+    located = {name: _locate(TASKS[name], glue_root, strict=False) for name in task.also_predict}
+    return replace(spec, extra={name: s for name, s in located.items() if s is not None})
+
+
+def _locate(task: Task, glue_root: Path, strict: bool) -> TaskSpec | None:
+    """The task's data under `glue_root` in whichever layout holds it (the TSVs first); when `strict`, raise
+    naming what is missing."""
+    folders = [glue_root / task.folder] if task.train else [glue_root / name for name in AX_FOLDERS]
+    for folder in folders:
+        if _check_files(task, folder, strict=False):
+            return TaskSpec(task, folder, "tsv")
+    hub_folder = glue_root / task.hub_config if task.hub_config else None
+    if hub_folder is not None and hub_folder.is_dir():
+        layout = hub_layout(task, hub_folder, strict)
+        return None if layout is None else TaskSpec(task, hub_folder, layout)
+    if strict and folders[0].is_dir():
+        _check_files(task, folders[0], strict=True)  # raises naming the missing file
+    if strict:
+        also = f", nor {hub_folder} (save_to_disk or Parquet)" if hub_folder is not None else ""
+        raise FileNotFoundError(f"{folders[0]}: no such task folder (task {task.name}){also}")
+    return None
+
+
+def required_splits(task: Task) -> list[Split]:
+    """The splits a task cannot run without: train and dev (a test-only set such as AX: its test split)."""
+    return [s for s in (task.train, *task.dev) if s is not None] or list(task.test)
+
+
+def parquet_files(folder: Path, split: str) -> list[Path]:
+    """A split's Parquet files in the hub repo's layout (SPLIT-00000-of-00001.parquet) or its parquet export's
+    (SPLIT/0000.parquet)."""
+    return sorted(folder.glob(f"{split}-*.parquet")) or sorted((folder / split).glob("*.parquet"))
+
+
+def saved_splits(folder: Path) -> list[str] | None:
+    """The splits of a folder written by `DatasetDict.save_to_disk`; None when it is not one."""
+    path = folder / "dataset_dict.json"
+    if not path.is_file():
+        return None
+    try:
+        return list(json.loads(path.read_text())["splits"])
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}:1: not a `datasets` DatasetDict description ({err})") from None
+
+
+def hub_layout(task: Task, folder: Path, strict: bool) -> Layout | None:
+    """The layout ("datasets" or "parquet") in which `folder` holds the task's splits, else None; when `strict`,
+    raise naming the missing split."""
+    needed = [s.hub for s in required_splits(task)]
+    splits = saved_splits(folder)
+    if splits is not None:
+        layout: Layout = "datasets"
+        missing = [s for s in needed if s not in splits]
+    else:
+        layout = "parquet"
+        missing = [s for s in needed if not parquet_files(folder, s)]
+    if missing and strict:
+        have = f"splits {splits}" if splits is not None else "Parquet files named SPLIT-*.parquet or SPLIT/*.parquet"
+        raise FileNotFoundError(f"{folder}: no split {missing[0]!r} (task {task.name} needs it; found {have})")
+    return None if missing else layout
 
 
 def _check_files(task: Task, folder: Path, strict: bool) -> bool:
@@ -283,8 +357,8 @@ def _check_files(task: Task, folder: Path, strict: bool) -> bool:
         if strict:
             raise FileNotFoundError(f"{folder}: no such task folder (task {task.name})")
         return False
-    for split in (task.train, *task.dev):
-        if split is not None and not (folder / split.file).exists():
+    for split in required_splits(task):
+        if not (folder / split.file).exists():
             if strict:
                 raise FileNotFoundError(f"{folder / split.file}: missing (task {task.name} needs it)")
             return False

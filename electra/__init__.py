@@ -1,0 +1,75 @@
+"""ELECTRA pretraining and GLUE transfer on a small compute budget: the stage functions the `electra` commands
+call, for notebooks and scripts (docs/api.md).
+
+    import electra
+    cfg = electra.load_config("tiny", ["train.max_steps=40"])
+    electra.pretrain(cfg, "runs/tiny")
+    electra.run_sweep(electra.SweepSpec(out="runs/glue", model="runs/tiny", tasks=["rte"], glue_dir="glue"))
+
+Each name is imported on first use, so `import electra` itself loads neither torch nor the data libraries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+API = {
+    "train_tokenizer": "electra.data.tokenizer",
+    "prepare": "electra.data.prepare",
+    "load_config": "electra.config",
+    "pretrain": "electra.pretrain",
+    "load_finetune_config": "electra.config",
+    "SweepSpec": "electra.glue.sweep",
+    "run_sweep": "electra.glue.sweep",
+    "write_report": "electra.report",
+    "StudySpec": "electra.study",
+    "run_study": "electra.study",
+    "export_run_to_hf": "electra.checkpoint",
+    "import_run_from_hf": "electra.checkpoint",
+    "from_hf": "electra.hf_compat",
+    "to_hf": "electra.hf_compat",
+}
+"""Public name -> the module that defines it, in pipeline order."""
+
+__all__ = list(API)
+
+
+def __getattr__(name: str):
+    if name not in API:
+        raise AttributeError(f"module 'electra' has no attribute {name!r}")
+    value = getattr(importlib.import_module(API[name]), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})
+
+
+# `electra.pretrain` names both the module electra/pretrain.py and its function `pretrain`, and Python binds a
+# package attribute to a submodule once the submodule is imported (by anyone). So the attribute is the module,
+# made callable as its function: `electra.pretrain(cfg, run_dir)` runs `electra.pretrain.pretrain(cfg, run_dir)`,
+# and `import electra.pretrain as m; m.NonFiniteError` keeps working, whatever was imported first.
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return self.pretrain(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    @property
+    def pretrain(self) -> types.ModuleType:
+        module = importlib.import_module("electra.pretrain")
+        if not isinstance(module, _CallableModule):
+            module.__class__ = _CallableModule
+        return module
+
+    @pretrain.setter
+    def pretrain(self, module: types.ModuleType) -> None:
+        pass  # the import system records the submodule here; importlib finds it in sys.modules
+
+
+sys.modules[__name__].__class__ = _Package

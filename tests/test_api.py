@@ -1,0 +1,62 @@
+"""`import electra`: cheap (no torch until a function is used), exposing the very functions the commands call, and
+the example of docs/api.md running as written."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_electra_loads_no_torch():
+    script = ("import json, sys, electra; print(json.dumps({'heavy': [m for m in ('torch', 'transformers', "
+              "'datasets') if m in sys.modules], 'dir': 'run_sweep' in dir(electra)}))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"heavy": [], "dir": True}
+
+
+def test_the_names_are_the_functions_the_commands_call(monkeypatch):
+    import electra
+
+    assert electra.__all__ == ["train_tokenizer", "prepare", "load_config", "pretrain", "load_finetune_config",
+                               "SweepSpec", "run_sweep", "write_report", "StudySpec", "run_study", "export_run_to_hf",
+                               "import_run_from_hf", "from_hf", "to_hf"]  # fmt: skip
+    for name, module in electra.API.items():
+        if name != "pretrain":
+            assert getattr(electra, name) is getattr(importlib.import_module(module), name), name
+    # `electra.pretrain` is the module electra/pretrain.py, and calling it calls its function
+    import electra.pretrain as pretrain_module
+
+    assert electra.pretrain is pretrain_module and pretrain_module.NonFiniteError  # the module's names stay reachable
+    monkeypatch.setattr(pretrain_module, "pretrain", lambda *args, **kwargs: ("pretrain", args, kwargs))
+    assert electra.pretrain("cfg", "run", loggers=("tensorboard",)) == ("pretrain", ("cfg", "run"),
+                                                                          {"loggers": ("tensorboard",)})  # fmt: skip
+    with pytest.raises(AttributeError, match="no attribute 'pretrian'"):
+        electra.pretrian  # noqa: B018
+
+
+def docs_example() -> str:
+    (code,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), flags=re.S)
+    return code
+
+
+@pytest.mark.slow
+def test_the_example_in_docs_api_md_runs_as_written(tmp_path, monkeypatch, capsys):
+    """Pretraining on the synthetic corpus, fine-tuning on the synthetic tasks, the report (about 10 s)."""
+    monkeypatch.chdir(tmp_path)
+    exec(compile(docs_example(), "docs/api.md", "exec"), {})
+    runs = tmp_path / "runs"
+    steps = [json.loads(line)["step"] for line in (runs / "tiny" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 40
+    results = json.loads((runs / "glue" / "results.json").read_text())
+    assert sorted(results["tasks"]) == ["syn-agree", "syn-entail", "syn-sim", "syn-topic"]
+    assert (runs / "report" / "report.md").exists()
+    assert f"report: {Path('runs/report/report.md')}" in capsys.readouterr().out
