@@ -12,14 +12,12 @@ Each name is imported on first use, so `import electra` itself loads neither tor
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 API = {
     "train_tokenizer": "electra.data.tokenizer",
     "prepare": "electra.data.prepare",
     "load_config": "electra.config",
-    "pretrain": "electra.pretrain",
+    "pretrain": "electra.pretraining",
     "load_finetune_config": "electra.config",
     "SweepSpec": "electra.glue.sweep",
     "run_sweep": "electra.glue.sweep",
@@ -46,30 +44,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *API})
-
-
-# `electra.pretrain` names both the module electra/pretrain.py and its function `pretrain`, and Python binds a
-# package attribute to a submodule once the submodule is imported (by anyone). So the attribute is the module,
-# made callable as its function: `electra.pretrain(cfg, run_dir)` runs `electra.pretrain.pretrain(cfg, run_dir)`,
-# and `import electra.pretrain as m; m.NonFiniteError` keeps working, whatever was imported first.
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return self.pretrain(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    @property
-    def pretrain(self) -> types.ModuleType:
-        module = importlib.import_module("electra.pretrain")
-        if not isinstance(module, _CallableModule):
-            module.__class__ = _CallableModule
-        return module
-
-    @pretrain.setter
-    def pretrain(self, module: types.ModuleType) -> None:
-        pass  # the import system records the submodule here; importlib finds it in sys.modules
-
-
-sys.modules[__name__].__class__ = _Package

@@ -36,7 +36,7 @@ from electra.masking import mask_tokens
 from electra.memory import keep_freed_memory_in_heap
 from electra.model import ElectraModel, build_model
 from electra.optim import build_optimizer, clip_and_step
-from electra.pretrain import train_step
+from electra.step import train_step
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # the ids of tokenizers we train (electra.data.tokenizer)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -123,7 +123,7 @@ def make_pretrain_step(
     compile_mode: str | None = None,
 ) -> Callable[[int], Tensor]:
     """A function doing one full training step on a fixed synthetic batch (masking varies with the step); returns
-    the step's loss. `ours` is `electra.pretrain.train_step`, the step the training loop runs."""
+    the step's loss. `ours` is `electra.step.train_step`, the step the training loop runs."""
     torch.manual_seed(cfg.train.seed)
     input_ids, attention_mask, token_type_ids = synthetic_batch(
         cfg.model.vocab_size, batch_size, cfg.data.seq_len, device

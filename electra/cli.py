@@ -129,7 +129,8 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from electra.config import load_config
-    from electra.pretrain import NonFiniteError, pretrain
+    from electra.pretraining import pretrain
+    from electra.step import NonFiniteError
 
     flags = [f"{key}={getattr(args, flag)}" for flag, key in PRETRAIN_FLAGS.items() if getattr(args, flag) is not None]
     cfg = load_config(args.config, flags + args.set)

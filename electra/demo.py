@@ -18,7 +18,7 @@ from pathlib import Path
 from electra.checkpoint import checkpoint_dir, save_model_checkpoint
 from electra.config import load_config
 from electra.model import ElectraForPretraining
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 
 SEEDS = [0, 1]
 

@@ -204,7 +204,7 @@ def run_dir(spec: StudySpec, setting: Setting) -> Path:
 def start(spec: StudySpec) -> list[Setting]:
     """The settings with their steps: from study.json when this study exists (refused if it asked for other
     things), else computed now and written."""
-    from electra.pretrain import code_revision
+    from electra.pretraining import code_revision
 
     path = Path(spec.out) / "study.json"
     if path.exists():
@@ -239,7 +239,7 @@ def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int 
 
     from electra.checkpoint import list_checkpoints
     from electra.config import from_dict
-    from electra.pretrain import pretrain
+    from electra.pretraining import pretrain
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -313,9 +313,11 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
 
 def run_study(spec: StudySpec) -> Path:
     """Pretrain every setting, fine-tune each, write the report; returns the report folder."""
+    from electra.files import folder_lock
     from electra.report import write_report
 
-    settings = start(spec)
-    pretrain_all(spec, settings)
-    finetune_all(spec, settings)
-    return write_report([spec.out], Path(spec.out) / "report")
+    with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
+        settings = start(spec)
+        pretrain_all(spec, settings)
+        finetune_all(spec, settings)
+        return write_report([spec.out], Path(spec.out) / "report")

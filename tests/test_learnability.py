@@ -23,7 +23,7 @@ import torch
 from electra.config import load_config
 from electra.data import open_pretraining_data
 from electra.masking import mask_tokens
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 
 # The tiny preset over 300 steps at a higher peak learning rate than its default (1e-3 with 100 warmup steps
 # reaches AUC 0.88 by step 300), evaluated once at the end on 8 held-out batches.

@@ -6,7 +6,7 @@ import torch
 from electra.config import load_config
 from electra.memory import estimate_peak_bytes, parameter_count
 from electra.model import ElectraForPretraining
-from electra.pretrain import micro_batch_size
+from electra.pretraining import micro_batch_size
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "small++"])

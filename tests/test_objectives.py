@@ -23,7 +23,7 @@ from electra.masking import STREAM_RANDOM_TOKEN, STREAM_UNIFORM_MIX, keyed_unifo
 from electra.memory import parameter_count
 from electra.model import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 from electra.optim import build_optimizer, set_learning_rate
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 from tests.helpers import MASK, SPECIAL, masked, random_batch, tiny_model_config
 
 MLM = ObjectiveConfig(kind="mlm")

@@ -14,11 +14,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import electra.pretrain as pretrain_module
 from electra.checkpoint import CheckpointError, list_checkpoints, reseal_checkpoint
 from electra.config import load_config
 from electra.data import PretrainingData, TokenizerInfo
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
+from electra.step import NonFiniteError
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["train.batch_size=8", "train.log_every=2", "train.eval_every=1000", "train.eval_batches=1"]
@@ -109,7 +109,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path):
     reseal_checkpoint(ckpt)  # a deliberate edit: recorded as the checkpoint's content
     before = (ckpt / "model.safetensors").read_bytes()
     # skips are read at each log line (every 2 steps): the streak of 4 at step 6 is the first seen at >= 3
-    with pytest.raises(pretrain_module.NonFiniteError, match="step 6: the last 4 steps had non-finite"):
+    with pytest.raises(NonFiniteError, match="step 6: the last 4 steps had non-finite"):
         pretrain(load_config("tiny", FAST + ["train.max_steps=10", "train.max_nonfinite=3"]), run, resume="auto")
     assert (ckpt / "model.safetensors").read_bytes() == before  # the last checkpoint is intact
     assert list_checkpoints(run) == [ckpt]

@@ -32,7 +32,7 @@ from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
 from electra.errors import CorruptFileError, InputError
 from electra.files import CHECKSUMS_FILE
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 from electra.results import ReportError, read_pretrain_run
 from tests.reliability_helpers import assert_same_state, metric_rows
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from electra.config import load_config
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 from tests.reliability_helpers import ROOT, assert_same_state, final_state, metric_rows
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=3", "train.eval_every=3", "train.log_every=1",

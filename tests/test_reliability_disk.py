@@ -24,7 +24,7 @@ from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
 from electra.errors import DiskFullError
 from electra.glue.sweep import SweepSpec, run_sweep
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 from tests.glue_fixtures import make_run, write_glue
 from tests.reliability_helpers import assert_same_state, metric_rows
 

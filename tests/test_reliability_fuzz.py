@@ -543,7 +543,7 @@ def test_out_of_range_values_are_refused_naming_the_key(item, message):
 
 
 def test_a_batch_that_does_not_divide_over_the_processes_is_refused_before_any_work(tmp_path, monkeypatch):
-    import electra.pretrain as pretrain_module
+    import electra.pretraining as pretrain_module
 
     monkeypatch.setattr(pretrain_module, "init_distributed", lambda device: (0, 3, __import__("torch").device("cpu")))
     opened = []

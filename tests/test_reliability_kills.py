@@ -30,7 +30,7 @@ from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
 from electra.faults import ENV
 from electra.glue.sweep import SweepSpec, run_sweep
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 from tests.glue_fixtures import make_run, write_glue
 from tests.reliability_helpers import KILLED, ROOT, assert_same_state, die_at, metric_rows
 

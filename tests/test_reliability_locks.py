@@ -20,7 +20,7 @@ from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
 from electra.errors import FolderInUseError
 from electra.files import FolderLock, folder_lock
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 
 
 def _lock_file(folder: Path) -> Path:

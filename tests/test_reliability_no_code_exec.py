@@ -32,7 +32,7 @@ from electra.files import sha256_file
 from electra.glue.loading import load_task
 from electra.glue.tasks import resolve_tasks
 from electra.hf_compat import HFConversionError, to_hf
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 from tests.glue_fixtures import make_run, write_custom_task, write_glue
 
 RUN = ["train.batch_size=4", "train.max_steps=2", "train.save_every=2", "train.eval_every=1000", "train.log_every=1",

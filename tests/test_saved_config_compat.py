@@ -12,7 +12,7 @@ import yaml
 
 from electra.checkpoint import CheckpointError, list_checkpoints, load_pretraining_model
 from electra.config import from_dict, load_config, to_dict
-from electra.pretrain import pretrain
+from electra.pretraining import pretrain
 
 NEW_KEYS = {"objective": ("position_sampling",), "model": ("init",)}
 FAST = ["train.batch_size=8", "train.log_every=2", "train.eval_every=1000", "train.eval_batches=1"]

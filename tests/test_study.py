@@ -176,3 +176,14 @@ def test_parallel_pretraining_equals_sequential(study, tasks, tmp_path):
         b = load_file(list_checkpoints(out / "runs" / name / "pretrain")[-1] / "model.safetensors")
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=f"{name} {k}")
+
+
+def test_a_second_study_on_a_folder_in_use_is_refused(tmp_path, tasks):
+    from electra.errors import FolderInUseError
+    from electra.files import folder_lock
+
+    out = tmp_path / "s"
+    with folder_lock(out, "study"):  # another `electra study` holds the folder
+        with pytest.raises(FolderInUseError, match=f"{out}: in use by another study"):
+            run_study(spec(out, tasks))
+    assert not (out / "study.json").exists()  # refused before it wrote anything

@@ -1,6 +1,6 @@
-"""Pretraining: one explicit loop for replaced-token detection (the ELECTRA paper, sections 2-3; OFF
-run_pretraining.py), in named phases: `setup` builds a `Run`, `train_step` makes one optimizer step, and `pretrain`
-loops over steps with logging, held-out evaluation and checkpoints.
+"""Pretraining: one explicit loop for replaced-token detection or the MLM baseline (the ELECTRA paper, sections
+2-3; OFF run_pretraining.py), in named phases: `setup` builds a `Run`, `train_step` (electra/step.py) makes one
+optimizer step, and `pretrain` loops over steps with logging, held-out evaluation and checkpoints.
 
 Single process:   electra pretrain --config small --data DATA --out RUN
 Several GPUs:     torchrun --nproc_per_node 4 -m electra.cli pretrain --config small --data DATA --out RUN
@@ -40,15 +40,14 @@ from electra.faults import failpoint
 from electra.files import FolderLock, folder_lock, write_atomic
 from electra.masking import MaskedBatch
 from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
-from electra.model import STAT_NAMES, ElectraForPretraining, build_model, metrics_from_stats
+from electra.model import ElectraForPretraining, build_model
 from electra.monitor import batch_to_device, masked_batch, open_loggers, watch_collapse, write_metrics
-from electra.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
+from electra.optim import build_optimizer, learning_rate, set_learning_rate
+from electra.step import Window, train_step
 
 log = logging.getLogger("electra.pretrain")
 
 
-class NonFiniteError(RuntimeError):
-    pass
 
 
 # -- setup ----------------------------------------------------------------------------------------------------
@@ -235,107 +234,6 @@ def step_batches(run: Run, step: int) -> tuple[list[dict[str, Tensor]], list[Mas
     return batches, [masked_batch(run.cfg, run.tokens, b, special) for b in batches]
 
 
-@dataclass
-class StepOutput:
-    loss: Tensor
-    """The step's loss on this process (its micro-batches' shares summed), detached."""
-    stats: Tensor
-    """(len(STAT_NAMES),) summed counts of this process's micro-batches (see model.STAT_NAMES)."""
-    grad_norm: Tensor
-    skipped: Tensor
-    """0-dim bool: the update was skipped (non-finite loss or gradients)."""
-
-
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-               params: list[Tensor], batches: list[dict[str, Tensor]], masked: list[MaskedBatch], world: int,
-               autocast: contextlib.AbstractContextManager, grad_clip: float) -> StepOutput:  # fmt: skip
-    """Forward and backward over the micro-batches of one step, then clip and update (`electra pretrain` and
-    `electra bench` both run exactly this). No host-device sync: a non-finite step is skipped on the device."""
-    # the global target counts of this optimizer step, so that every micro-batch's loss is a share of it
-    counts = torch.stack([sum(m.weights.sum() for m in masked), sum(m.disc_mask.sum() for m in masked)]).float()
-    if world > 1:
-        dist.all_reduce(counts)
-    mlm_norm, disc_norm = counts[0].clamp(min=1), counts[1].clamp(min=1)
-    stats = torch.zeros(len(STAT_NAMES), device=counts.device)
-    loss = torch.zeros((), device=counts.device)
-    for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
-        sync = world == 1 or i == len(batches) - 1  # DDP all-reduces gradients after the last micro-batch only
-        with contextlib.nullcontext() if sync else model.no_sync(), autocast:
-            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], m, mlm_norm, disc_norm)
-        scaler.scale(out.loss * world).backward()  # DDP averages over ranks; our losses are global shares
-        stats += torch.stack([out.stats[k] for k in STAT_NAMES])
-        loss += out.loss.detach()
-    grad_norm, skipped = clip_and_step(optimizer, scaler, params, grad_clip)
-    return StepOutput(loss, stats, grad_norm, skipped)
-
-
-class Window:
-    """What happened since the last log line, summed on the device (read only when a line is written)."""
-
-    def __init__(self, device: torch.device, nonfinite: int, streak: int):
-        self.stats = torch.zeros(len(STAT_NAMES), device=device)
-        self.norm_sum = torch.zeros((), device=device)  # gradient norms of the applied updates
-        self.updates = torch.zeros((), device=device)
-        self.nonfinite = torch.tensor(nonfinite, device=device)  # skipped updates in the whole run
-        self.streak = torch.tensor(streak, device=device)  # ... and in a row, up to now
-        self.steps, self.start = 0, time.perf_counter()
-
-    def state(self) -> dict[str, Tensor]:
-        """The open window's sums, saved with a checkpoint: a run resumed there logs the lines it would have."""
-        stats = dict(zip(STAT_NAMES, self.stats.detach().cpu().clone(), strict=True))
-        return {
-            **stats,
-            "norm_sum": self.norm_sum.detach().cpu().clone(),
-            "updates": self.updates.detach().cpu().clone(),
-        }
-
-    def restore(self, state: dict[str, Tensor]) -> None:
-        """By name: a sum this code keeps and the checkpoint lacks (written by an older version) starts at 0."""
-        for i, name in enumerate(STAT_NAMES):
-            if name in state:
-                self.stats[i] = state[name]
-        for name in ("norm_sum", "updates"):
-            getattr(self, name).copy_(state[name])
-
-    def add(self, out: StepOutput) -> None:
-        bad = out.skipped  # a skipped update adds nothing but its count: no NaN in the logged metrics
-        self.nonfinite += bad
-        self.streak.add_(1).mul_(bad)
-        self.stats += torch.where(bad, 0.0, out.stats)
-        self.norm_sum += torch.where(bad, 0.0, out.grad_norm)
-        self.updates += ~bad
-        self.steps += 1
-
-    def settle_nonfinite(self, meta: RunMeta, limit: int, done: int, run_dir: Path) -> None:
-        """Read the skip counts into `meta` (a host sync); stop the run when `limit` came in a row."""
-        total, in_a_row = torch.stack([self.nonfinite, self.streak]).tolist()
-        if total > meta.nonfinite_skipped:
-            log.warning("%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
-                        total - meta.nonfinite_skipped, done, in_a_row)  # fmt: skip
-        meta.nonfinite_skipped, meta.consecutive_nonfinite = int(total), int(in_a_row)
-        if in_a_row >= limit:
-            raise NonFiniteError(
-                f"stopped at step {done}: the last {in_a_row} steps had non-finite loss or gradients (limit "
-                f"{limit}); the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, or "
-                "use bf16/fp32)"
-            )
-
-    def row(self, run: Run, done: int, lr: float) -> dict:
-        """The metrics line for steps up to `done` (global sums over ranks), then start a new window."""
-        stats = self.stats.clone()
-        if run.world > 1:
-            dist.all_reduce(stats)
-        metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
-        t, elapsed = run.cfg.train, time.perf_counter() - self.start
-        row = {"step": done, "lr": lr, "grad_norm": (self.norm_sum / self.updates.clamp(min=1)).item(), **metrics,
-               "tokens_per_s": self.steps * t.batch_size * run.cfg.data.seq_len / elapsed,
-               "samples": run.meta.samples, "flops": training_flops_per_step(run.cfg) * done,
-               "nonfinite_skipped": run.meta.nonfinite_skipped}  # fmt: skip
-        self.stats.zero_(), self.norm_sum.zero_(), self.updates.zero_()
-        self.steps, self.start = 0, time.perf_counter()
-        return row
-
-
 # -- the loop -------------------------------------------------------------------------------------------------
 
 
@@ -390,7 +288,7 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
             if log_now or save_now:  # the non-finite counts are read here, not in the step
                 window.settle_nonfinite(meta, t.max_nonfinite, done, run.run_dir)
             if log_now:
-                row = window.row(run, done, lr)
+                row = window.row(cfg, run.world, meta, done, lr)
                 if run.main_process:
                     write_metrics(run.run_dir, row, writers)
                     bar.set_postfix(mlm=f"{row['mlm_loss']:.3f}", disc=f"{row['disc_loss']:.3f}",
@@ -423,9 +321,3 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
     if run.world > 1:
         dist.barrier()
     return meta
-
-
-def training_flops_per_step(cfg: PretrainConfig) -> float:
-    from electra.flops import pretrain_step_flops
-
-    return float(pretrain_step_flops(cfg, cfg.train.batch_size, cfg.data.seq_len))

@@ -1,0 +1,132 @@
+"""One optimizer step of pretraining, and what the loop keeps between its log lines.
+
+`train_step` is the step: forward and backward over a step's micro-batches, then clip and update. `electra
+pretrain` (electra/pretraining.py) and `electra bench` both run exactly this function. `Window` sums the steps'
+statistics on the device between two log lines, so that no step reads a value back to the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from electra.checkpoint import RunMeta
+from electra.config import PretrainConfig
+from electra.flops import pretrain_step_flops
+from electra.masking import MaskedBatch
+from electra.model import STAT_NAMES, metrics_from_stats
+from electra.optim import clip_and_step
+
+log = logging.getLogger("electra.pretrain")
+
+
+class NonFiniteError(RuntimeError):
+    """Too many optimizer steps in a row had a non-finite loss or gradient (train.max_nonfinite)."""
+
+
+@dataclass
+class StepOutput:
+    loss: Tensor
+    """The step's loss on this process (its micro-batches' shares summed), detached."""
+    stats: Tensor
+    """(len(STAT_NAMES),) summed counts of this process's micro-batches (see model.STAT_NAMES)."""
+    grad_norm: Tensor
+    skipped: Tensor
+    """0-dim bool: the update was skipped (non-finite loss or gradients)."""
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               params: list[Tensor], batches: list[dict[str, Tensor]], masked: list[MaskedBatch], world: int,
+               autocast: contextlib.AbstractContextManager, grad_clip: float) -> StepOutput:  # fmt: skip
+    """Forward and backward over the micro-batches of one step, then clip and update (`electra pretrain` and
+    `electra bench` both run exactly this). No host-device sync: a non-finite step is skipped on the device."""
+    # the global target counts of this optimizer step, so that every micro-batch's loss is a share of it
+    counts = torch.stack([sum(m.weights.sum() for m in masked), sum(m.disc_mask.sum() for m in masked)]).float()
+    if world > 1:
+        dist.all_reduce(counts)
+    mlm_norm, disc_norm = counts[0].clamp(min=1), counts[1].clamp(min=1)
+    stats = torch.zeros(len(STAT_NAMES), device=counts.device)
+    loss = torch.zeros((), device=counts.device)
+    for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
+        sync = world == 1 or i == len(batches) - 1  # DDP all-reduces gradients after the last micro-batch only
+        with contextlib.nullcontext() if sync else model.no_sync(), autocast:
+            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], m, mlm_norm, disc_norm)
+        scaler.scale(out.loss * world).backward()  # DDP averages over ranks; our losses are global shares
+        stats += torch.stack([out.stats[k] for k in STAT_NAMES])
+        loss += out.loss.detach()
+    grad_norm, skipped = clip_and_step(optimizer, scaler, params, grad_clip)
+    return StepOutput(loss, stats, grad_norm, skipped)
+
+
+class Window:
+    """What happened since the last log line, summed on the device (read only when a line is written)."""
+
+    def __init__(self, device: torch.device, nonfinite: int, streak: int):
+        self.stats = torch.zeros(len(STAT_NAMES), device=device)
+        self.norm_sum = torch.zeros((), device=device)  # gradient norms of the applied updates
+        self.updates = torch.zeros((), device=device)
+        self.nonfinite = torch.tensor(nonfinite, device=device)  # skipped updates in the whole run
+        self.streak = torch.tensor(streak, device=device)  # ... and in a row, up to now
+        self.steps, self.start = 0, time.perf_counter()
+
+    def state(self) -> dict[str, Tensor]:
+        """The open window's sums, saved with a checkpoint: a run resumed there logs the lines it would have."""
+        stats = dict(zip(STAT_NAMES, self.stats.detach().cpu().clone(), strict=True))
+        return {
+            **stats,
+            "norm_sum": self.norm_sum.detach().cpu().clone(),
+            "updates": self.updates.detach().cpu().clone(),
+        }
+
+    def restore(self, state: dict[str, Tensor]) -> None:
+        """By name: a sum this code keeps and the checkpoint lacks (written by an older version) starts at 0."""
+        for i, name in enumerate(STAT_NAMES):
+            if name in state:
+                self.stats[i] = state[name]
+        for name in ("norm_sum", "updates"):
+            getattr(self, name).copy_(state[name])
+
+    def add(self, out: StepOutput) -> None:
+        bad = out.skipped  # a skipped update adds nothing but its count: no NaN in the logged metrics
+        self.nonfinite += bad
+        self.streak.add_(1).mul_(bad)
+        self.stats += torch.where(bad, 0.0, out.stats)
+        self.norm_sum += torch.where(bad, 0.0, out.grad_norm)
+        self.updates += ~bad
+        self.steps += 1
+
+    def settle_nonfinite(self, meta: RunMeta, limit: int, done: int, run_dir: Path) -> None:
+        """Read the skip counts into `meta` (a host sync); stop the run when `limit` came in a row."""
+        total, in_a_row = torch.stack([self.nonfinite, self.streak]).tolist()
+        if total > meta.nonfinite_skipped:
+            log.warning("%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
+                        total - meta.nonfinite_skipped, done, in_a_row)  # fmt: skip
+        meta.nonfinite_skipped, meta.consecutive_nonfinite = int(total), int(in_a_row)
+        if in_a_row >= limit:
+            raise NonFiniteError(
+                f"stopped at step {done}: the last {in_a_row} steps had non-finite loss or gradients (limit "
+                f"{limit}); the last checkpoint in {run_dir / 'checkpoints'} is intact (lower the learning rate, or "
+                "use bf16/fp32)"
+            )
+
+    def row(self, cfg: PretrainConfig, world: int, meta: RunMeta, done: int, lr: float) -> dict:
+        """The metrics line for steps up to `done` (global sums over ranks), then start a new window."""
+        stats = self.stats.clone()
+        if world > 1:
+            dist.all_reduce(stats)
+        metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
+        t, elapsed = cfg.train, time.perf_counter() - self.start
+        row = {"step": done, "lr": lr, "grad_norm": (self.norm_sum / self.updates.clamp(min=1)).item(), **metrics,
+               "tokens_per_s": self.steps * t.batch_size * cfg.data.seq_len / elapsed,
+               "samples": meta.samples, "flops": pretrain_step_flops(cfg, t.batch_size, cfg.data.seq_len) * done,
+               "nonfinite_skipped": meta.nonfinite_skipped}  # fmt: skip
+        self.stats.zero_(), self.norm_sum.zero_(), self.updates.zero_()
+        self.steps, self.start = 0, time.perf_counter()
+        return row
