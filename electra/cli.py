@@ -276,6 +276,8 @@ def _add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pretraining override, all settings")
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="the grid, e.g. --vary objective.kind=electra,mlm,none (repeatable: the product)")  # fmt: skip
+    p.add_argument("--setting", action="append", default=[], metavar="NAME:KEY=VALUE;KEY=VALUE",
+                   help="a named setting (repeatable), e.g. --setting mlm:objective.kind=mlm")  # fmt: skip
     p.add_argument("--budget", default=d.budget,
                    help="per setting: steps[=N] (default: the preset's max_steps), flops=F (official ELECTRA "
                    "accounting) or seconds=S (timed on this device first)")  # fmt: skip
@@ -294,7 +296,8 @@ def _run_study(args: argparse.Namespace) -> int:
     from electra.study import StudySpec, run_study
 
     spec = StudySpec(
-        out=args.out, base=args.base, overrides=args.set, vary=args.vary, budget=args.budget, data=args.data,
+        out=args.out, base=args.base, overrides=args.set, vary=args.vary, settings=args.setting, budget=args.budget,
+        data=args.data,
         tasks=args.tasks, glue_dir=args.glue_dir, seeds=_parse_seeds(args.seeds), recipe=args.recipe,
         finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
         device=args.device,

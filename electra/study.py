@@ -54,6 +54,9 @@ class StudySpec:
     """`section.key=value` for every setting."""
     vary: list[str] = field(default_factory=list)
     """`section.key=v1,v2,...`, repeatable: the settings are the product of the lists."""
+    settings: list[str] = field(default_factory=list)
+    """Named settings instead of (or after) a grid: `NAME:key=value;key=value`, e.g. `mlm:objective.kind=mlm` or
+    `electra-T3:objective.temperature=3` (`NAME:` alone: the base config)."""
     budget: str = "steps"
     """`steps`, `flops=F`, `seconds=S` or `steps=N` (plain `steps`: the base config's max_steps)."""
     data: str | None = None
@@ -114,7 +117,8 @@ def vocabulary_size(data: str | None) -> int:
 
 
 def grid(spec: StudySpec) -> list[Setting]:
-    """The settings: the product of the --vary lists, in the order given (one setting without --vary)."""
+    """The settings: the product of the --vary lists, in the order given, then the named --setting entries (one
+    setting, the base config, when neither is given)."""
     axes = []
     for item in spec.vary:
         key, sep, values = item.partition("=")
@@ -123,12 +127,21 @@ def grid(spec: StudySpec) -> list[Setting]:
             raise ConfigError(f"--vary {item!r}: expected section.key=value1,value2,...")
         axes.append((key.strip(), choices))
     settings = []
-    for combo in itertools.product(*(choices for _, choices in axes)):
-        values = {key: value for (key, _), value in zip(axes, combo, strict=True)}
-        name = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items()) or "base"
-        settings.append(Setting(name, values, kind=values.get("objective.kind", "electra")))
+    if axes or not spec.settings:
+        for combo in itertools.product(*(choices for _, choices in axes)):
+            values = {key: value for (key, _), value in zip(axes, combo, strict=True)}
+            name = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items()) or "base"
+            settings.append(Setting(name, values, kind=values.get("objective.kind", "electra")))
+    for item in spec.settings:
+        name, sep, rest = item.partition(":")
+        pairs = [p.strip() for p in rest.split(";") if p.strip()]
+        if not sep or not name.strip() or any("=" not in p for p in pairs) or any(c in name for c in "/\\ "):
+            raise ConfigError(f"--setting {item!r}: expected NAME:section.key=value;section.key=value")
+        values = dict(p.split("=", 1) for p in pairs)
+        values = {k.strip(): v.strip() for k, v in values.items()}
+        settings.append(Setting(name.strip(), values, kind=values.get("objective.kind", "electra")))
     if len({s.name for s in settings}) != len(settings):
-        raise ConfigError("--vary: two settings get the same name; vary keys with distinct last parts")
+        raise ConfigError("two settings get the same name; vary keys with distinct last parts, or rename a --setting")
     return settings
 
 

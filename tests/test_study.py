@@ -55,6 +55,14 @@ def test_the_grid_is_the_product_of_the_lists_in_order():
     ]  # fmt: skip
     with pytest.raises(ConfigError, match="expected section.key=value1,value2"):
         grid(StudySpec(out="x", vary=["objective.kind"]))
+    named = ["electra:", "T3:objective.temperature=3;model.dropout=0", "none:objective.kind=none"]
+    named = grid(StudySpec(out="x", settings=named))
+    assert [(s.name, s.values, s.kind) for s in named] == [
+        ("electra", {}, "electra"), ("T3", {"objective.temperature": "3", "model.dropout": "0"}, "electra"),
+        ("none", {"objective.kind": "none"}, "none"),
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="expected NAME:section.key=value"):
+        grid(StudySpec(out="x", settings=["T3 objective.temperature=3"]))
 
 
 def test_a_flops_budget_gives_each_setting_the_steps_it_pays_for(tmp_path, tasks):
