@@ -463,14 +463,18 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _add_demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs/demo", help="run folder (replaced if it exists)")
-    p.add_argument("--max-steps", type=int, default=None, help="pretraining steps (default: the tiny preset's)")
+    p.add_argument("--out", default="runs/demo", help="the demo's folder (replaced if it exists)")
+    p.add_argument("--corpus", default=None, help="pretrain on this text instead of the built-in language")
+    p.add_argument("--glue-dir", default=None, help="fine-tune on SST-2, MRPC, RTE and WNLI from this GLUE folder")
+    p.add_argument("--steps", type=int, default=None, help="the budget: FLOPs of this many ELECTRA steps (2000)")
+    p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from electra.demo import demo
+    from electra.demo import ELECTRA_STEPS, demo
 
-    return demo(args.out, args.max_steps)
+    demo(args.out, args.corpus, args.glue_dir, args.steps or ELECTRA_STEPS, _parse_seeds(args.seeds))
+    return 0
 
 
 # -- dispatch -------------------------------------------------------------------------------------------------
