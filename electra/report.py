@@ -26,7 +26,6 @@ from electra.results import (
     collect,
     common_tasks,
     compute_row,
-    gate,
     task_mean,
     task_scores,
 )
@@ -73,7 +72,7 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             f"`{study.get('code_revision', 'unknown')}`.",
             "",
         ]
-    baseline = next((e for e in entries if e.pretrain is None and e.glue), None)
+    baseline = next((e for e in entries if e.baseline and e.glue), None)
     base_mean = task_mean(baseline.glue, tasks) if baseline else None
     lines += [
         f"## Summary: mean over {', '.join(tasks) or 'no common tasks'} (each task's median over seeds)",
@@ -84,12 +83,12 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
     for e in entries:
         mean = task_mean(e.glue, tasks)
         delta = None if mean is None or base_mean is None or e is baseline else mean - base_mean
-        kind = e.pretrain.kind if e.pretrain else ("none (random initialisation)" if e.glue else "-")
+        kind = e.kind
         lines.append(
-            f"| {e.name} | {kind} | {gate(e.pretrain).describe()} | {_fmt(mean)} | "
+            f"| {e.name} | {kind} | {e.judge().describe()} | {_fmt(mean)} | "
             f"{'–' if delta is None else f'{delta:+.2f}'} |"
         )
-    never = [e.name for e in entries if gate(e.pretrain).learned is False]
+    never = [e.name for e in entries if e.judge().learned is False]
     if never:
         lines += [
             "",
@@ -137,7 +136,7 @@ def _glue_section(entries: list[Entry], tasks: list[str], out: Path) -> list[str
 
 
 def _dynamics_section(entries: list[Entry], out: Path) -> list[str]:
-    runs = [e for e in entries if e.pretrain is not None and (e.pretrain.train or e.pretrain.evals)]
+    runs = [e for e in entries if e.pretrain is not None and not e.baseline and (e.pretrain.train or e.pretrain.evals)]
     if not runs:
         return []
     lines = ["## Pretraining dynamics", ""]
@@ -190,13 +189,15 @@ def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[
     ]
     points = []
     for e in entries:
+        if e.pretrain is None and not e.baseline:
+            continue  # a model from elsewhere: its compute is not ours to report
         row = compute_row(e)
         lines.append(
             f"| {e.name} | {row['steps']:,} | {row['tokens']:,} | {row['flops']:.3g} | "
             f"{row['pfs_days']:.2e} | {row['device']} | {_fmt(row['hours'], 3)} |"
         )
         mean = task_mean(e.glue, tasks)
-        if e.pretrain is not None and mean is not None:
+        if e.pretrain is not None and not e.baseline and mean is not None:
             params = backbone_parameters(e.pretrain.cfg.model)
             points.append({"name": e.name, "flops": row["flops"], "params": params, "score": mean, "source": "ours"})
     quoted = [{"name": n, "params": p, "flops": f, "score": s, "source": "quoted"} for n, p, f, s in LITERATURE]

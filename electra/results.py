@@ -171,12 +171,12 @@ def read_pretrain_run(path: str | Path) -> PretrainRun:
 @dataclass
 class Gate:
     learned: bool | None
-    """None: not pretrained (random initialisation)."""
+    """None: nothing to judge (random initialisation, or a model whose pretraining run is not at hand)."""
     reasons: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         if self.learned is None:
-            return "not pretrained"
+            return "; ".join(self.reasons) or "not pretrained"
         return ("learned: " if self.learned else "NEVER LEARNED: ") + "; ".join(self.reasons)
 
 
@@ -222,7 +222,30 @@ class Entry:
     glue_path: Path | None = None
     setting: dict = field(default_factory=dict)
     """What the study varied for this entry (key -> value)."""
-    seconds: float | None = None
+    baseline: bool = False
+    """Random initialisation, the no-pretraining baseline (a study's objective.kind=none, or a step-0 run)."""
+
+    @property
+    def kind(self) -> str:
+        if self.baseline:
+            return "none (random initialisation)"
+        return self.pretrain.kind if self.pretrain is not None else "unknown (no pretraining run at hand)"
+
+    def judge(self) -> Gate:
+        if self.pretrain is None and not self.baseline:
+            return Gate(None, ["no pretraining run at hand to judge"])
+        return gate(None if self.baseline else self.pretrain)
+
+
+def _sweep_model(glue: Path) -> Path | None:
+    """The run folder a GLUE sweep fine-tuned (sweep.json's model; a checkpoint means its run), if local."""
+    try:
+        model = Path(json.loads((glue / "sweep.json").read_text())["model"])
+    except (OSError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    if model.parent.name == "checkpoints":
+        model = model.parent.parent
+    return model.resolve() if model.exists() else None
 
 
 def read_glue(path: Path) -> dict | None:
@@ -232,23 +255,30 @@ def read_glue(path: Path) -> dict | None:
 
 def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
     """Entries from study folders (study.json), pretraining run folders (config.yaml) or GLUE folders
-    (results.json); returns them and the study's description when one study was given."""
+    (results.json); returns them and the study's description when one study was given. A GLUE folder joins the
+    entry of the run it fine-tuned (its sweep.json names the model) when that run is given too, or brings the run
+    along when the run folder is still where the sweep found it."""
     entries: list[Entry] = []
     study = None
     for p in map(Path, paths):
         if (p / "study.json").exists():
             study = json.loads((p / "study.json").read_text())
             for s in study["settings"]:
-                # objective.kind=none: a freshly initialised model, no pretraining to judge
-                run = p / s["pretrain"] if s.get("pretrain") and s.get("kind") != "none" else None
-                glue = p / s["glue"]
-                pretrain = read_pretrain_run(run) if run is not None and (run / "config.yaml").exists() else None
-                entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {})))
+                run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
+                pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
+                entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none))
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
-            entries.append(Entry(p.name, read_pretrain_run(p), read_glue(glue) if glue else None, glue))
+            run = read_pretrain_run(p)
+            entries.append(Entry(p.name, run, read_glue(glue) if glue else None, glue, baseline=run.steps == 0))
         elif (p / "results.json").exists():
-            entries.append(Entry(p.name, None, read_glue(p), p))
+            model = _sweep_model(p)
+            owner = next((e for e in entries if e.pretrain and model and e.pretrain.path.resolve() == model), None)
+            if owner is not None and owner.glue is None:
+                owner.glue, owner.glue_path = read_glue(p), p
+                continue
+            run = read_pretrain_run(model) if model is not None and (model / "config.yaml").exists() else None
+            entries.append(Entry(p.name, run, read_glue(p), p, baseline=run is not None and run.steps == 0))
         else:
             raise ReportError(
                 f"{p}: not a study (study.json), a pretraining run (config.yaml) or a GLUE folder (results.json)"
