@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # build of torch into .venv first (or pass TORCH=...) and this step keeps it.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-slow lint clean install
+.PHONY: demo test test-fast test-slow lint clean install
 
 install: $(STAMP)
 
@@ -21,15 +21,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/electra demo --out runs/demo
 
+# everything: the fast tier, then the slow one
 test: $(STAMP)
 	$(PY) -m pytest tests
 
-# the long tests only (kill storms, 5000 fuzzed inputs per reader, two-process runs): docs/reliability.md
+# the fast tier: no fresh Python process, no end-to-end run; about a minute on two cores
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" tests
+
+# the slow tier: child processes (kills, kill storms, torch.distributed, fresh interpreters, W&B), whole toy studies,
+# 5000 fuzzed inputs per reader (docs/reliability.md)
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check electra tests
+	$(VENV)/bin/ruff format --check electra tests
 
 clean:
 	rm -rf runs .pytest_cache

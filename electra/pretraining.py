@@ -48,8 +48,6 @@ from electra.step import Window, train_step
 log = logging.getLogger("electra.pretrain")
 
 
-
-
 # -- setup ----------------------------------------------------------------------------------------------------
 
 

@@ -3,12 +3,11 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import SHARED_DATA
 
 # The tests use tiny models: one thread is as fast, and immune to the stalls two OpenMP threads suffer when the
 # other core is busy (measured here: 15 ms vs 830 ms per overfitting step with a second process running).
 torch.set_num_threads(1)
-SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)

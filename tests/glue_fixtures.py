@@ -1,6 +1,7 @@
 """Builders for the GLUE tests: format-exact GLUE folders (the layout download_glue_data.py writes), a custom
-task, a tiny pretrained model folder, a tokenizer. The test_glue_* files import these; test_glue_fixtures.py
-checks that the fixture files have the exact layout of the real GLUE files.
+task, a tiny pretrained model folder (its model: tests/helpers.py glue_model_config), a tokenizer. The test_glue_*
+files import these; test_glue_fixtures.py checks that the fixture files have the exact layout of the real GLUE
+files.
 
 GLUE_DATA: a real GLUE folder for the few tests that read one (skipped without it); $GLUE_DIR overrides where.
 """
@@ -12,7 +13,9 @@ import os
 import random
 from pathlib import Path
 
-GLUE_DATA = Path(os.environ.get("GLUE_DIR", Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"))
+from tests.helpers import SHARED_DATA, glue_model_config
+
+GLUE_DATA = Path(os.environ.get("GLUE_DIR", SHARED_DATA / "glue"))
 
 WORDS = "the a film movie plot actor story man woman dog cat house city car tree river music food day night".split()
 GOOD, BAD = "wonderful", "terrible"  # the signal word of the learnable fixture labels
@@ -147,15 +150,6 @@ def make_tokenizer(folder: Path, texts: list[str] | None = None):
     return tok
 
 
-def tiny_model_config(vocab_size: int = 256, hidden: int = 32, embedding: int = 16, layers: int = 2):
-    from electra.config import ModelConfig
-
-    return ModelConfig(
-        vocab_size=vocab_size, embedding_size=embedding, hidden_size=hidden, num_layers=layers, num_heads=2,
-        intermediate_size=2 * hidden, max_position_embeddings=128, generator_fraction=0.5,
-    )  # fmt: skip
-
-
 def make_run(run: Path, seed: int = 0, **sizes) -> Path:
     """A pretraining run folder as `electra pretrain` leaves it: a step-0 checkpoint and run/tokenizer/."""
     import torch
@@ -165,7 +159,7 @@ def make_run(run: Path, seed: int = 0, **sizes) -> Path:
     from electra.model import ElectraForPretraining
 
     torch.manual_seed(seed)
-    cfg = PretrainConfig(model=tiny_model_config(**sizes))
+    cfg = PretrainConfig(model=glue_model_config(**sizes))
     make_tokenizer(run / "tokenizer")
     save_config(cfg, run / "config.yaml")
     save_model_checkpoint(ElectraForPretraining(cfg.model), cfg, checkpoint_dir(run, 0))

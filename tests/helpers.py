@@ -1,22 +1,73 @@
-"""Small builders shared by the tests."""
+"""Shared by the tests: where things are, the special token ids, tiny models and batches, running the CLI (in this
+process or in a child), reading what a run left on disk, and dying at a chosen moment (the reliability tests).
+
+The GLUE fixtures (GLUE folders, custom tasks, tokenizers, run folders) are built by tests/glue_fixtures.py.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
+from electra.checkpoint import list_checkpoints
+from electra.cli import main as cli_main  # noqa: F401 - `electra ARGS` in this process: the exit code (output: capsys)
 from electra.config import ModelConfig, ObjectiveConfig, num_mask_slots
+from electra.data import TokenizerInfo
+from electra.faults import ENV as FAILPOINT_ENV
 from electra.masking import mask_tokens
 from electra.model import ElectraForPretraining
 
-PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+# -- where things are ------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root."""
+SHARED_DATA = ROOT.parent / "shared" / "data"
+"""Real data beside the repository (GLUE files, a Wikipedia sample): the `shared_data` fixture skips without it."""
+
+# -- special tokens ---------------------------------------------------------------------------------------------
+
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # the ids of every tokenizer we train (electra.data.tokenizer)
 SPECIAL = torch.tensor([PAD, CLS, SEP, MASK])
+"""Never chosen for masking ([UNK] is an ordinary token)."""
+
+
+def token_info(vocab_size: int) -> TokenizerInfo:
+    """A tokenizer's description with our special ids, for data made up in a test."""
+    return TokenizerInfo(vocab_size=vocab_size, pad_id=PAD, unk_id=UNK, cls_id=CLS, sep_id=SEP, mask_id=MASK)
+
+
+# -- tiny models and batches ------------------------------------------------------------------------------------
 
 
 def tiny_model_config(**overrides) -> ModelConfig:
+    """2 layers, hidden 32, vocabulary 97, no dropout: for the model, objective and equivalence tests."""
     base = dict(
         vocab_size=97, embedding_size=24, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
         generator_fraction=0.5, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
     )  # fmt: skip
     base.update(overrides)
     return ModelConfig(**base)
+
+
+def glue_model_config(vocab_size: int = 256, hidden: int = 32, embedding: int = 16, layers: int = 2) -> ModelConfig:
+    """The fine-tuning tests' model (the fixture run folders' too): 2 heads, positions up to 128, default dropout."""
+    return ModelConfig(
+        vocab_size=vocab_size, embedding_size=embedding, hidden_size=hidden, num_layers=layers, num_heads=2,
+        intermediate_size=2 * hidden, max_position_embeddings=128, generator_fraction=0.5,
+    )  # fmt: skip
+
+
+def tiny_model(**overrides) -> ElectraForPretraining:
+    return ElectraForPretraining(tiny_model_config(**overrides))
 
 
 def random_batch(B=4, T=24, vocab=97, seed=0, pad_from=None):
@@ -39,5 +90,115 @@ def masked(ids, attention, objective=None, seed=0):
     return mask_tokens(ids, attention, torch.arange(ids.shape[0]), seed, objective, n, MASK, SPECIAL)
 
 
-def tiny_model(**overrides) -> ElectraForPretraining:
-    return ElectraForPretraining(tiny_model_config(**overrides))
+# -- the CLI in a child process ---------------------------------------------------------------------------------
+# Most tests call the library, or `cli_main` in this process; a child process is for what needs one: a kill, a
+# file size limit, torch.distributed, a fresh interpreter (imports, the offline hub cache).
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """os.environ as it is now (monkeypatched variables included), the repository on PYTHONPATH, one OpenMP thread
+    (two shared cores: threads that wait on each other make a tiny run many times slower), and `extra`."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(extra or {})}
+
+
+def run_python(*argv: str, env: Mapping[str, str] | None = None, check: bool = False, **kwargs
+           ) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python ARGV` in a child with `child_env(env)`, from the repository root, its output captured as text;
+    `check`: fail with the end of its stderr unless it exits 0. Other keywords go to subprocess.run."""
+    done = subprocess.run([sys.executable, *argv], env=child_env(env), cwd=ROOT, capture_output=True, text=True,
+                          **kwargs)  # fmt: skip
+    if check and done.returncode != 0:
+        raise AssertionError(f"python {' '.join(argv)}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return done
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, check: bool = False, **kwargs
+            ) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python -m electra.cli ARGS` in a child process (see `run_python`)."""
+    return run_python("-m", "electra.cli", *args, env=env, check=check, **kwargs)
+
+
+def start_cli(*args: str, env: Mapping[str, str] | None = None, **kwargs) -> subprocess.Popen:
+    """`python -m electra.cli ARGS` started in a child (to be killed, or waited on); its output is discarded
+    unless `stdout`/`stderr` say otherwise. Other keywords go to subprocess.Popen."""
+    streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **kwargs}
+    return subprocess.Popen(cli_command(*args), env=child_env(env), cwd=ROOT, **streams)
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "electra.cli", *args]
+
+
+def torchrun(nproc: int, port: int, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """`electra ARGS` in `nproc` processes under torch.distributed.run (gloo on a CPU), rendezvous on `port`."""
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port)]
+    return run_python(*launch, "-m", "electra.cli", *args, **kwargs)
+
+
+# -- what a run left on disk ------------------------------------------------------------------------------------
+
+WALL_CLOCK_FIELDS = {"tokens_per_s"}
+"""Measured time: differs between any two runs, so compared runs must agree on every other field."""
+
+
+def metric_rows(run: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock fields; every line must parse (no partial line)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS} for row in rows]
+
+
+def newest_weights(run: Path) -> dict[str, torch.Tensor]:
+    """The weights of the run's newest checkpoint."""
+    return load_file(list_checkpoints(run)[-1] / "model.safetensors")
+
+
+def final_state(run: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """The newest checkpoint's weights and optimizer state."""
+    ckpt = list_checkpoints(run)[-1]
+    return load_file(ckpt / "model.safetensors"), torch.load(ckpt / "optimizer.pt", weights_only=True)
+
+
+def assert_same_state(a: Path, b: Path) -> int:
+    """Weights and optimizer state of the newest checkpoints of runs `a` and `b` are bit-identical; returns the
+    number of tensors compared."""
+    (wa, oa), (wb, ob) = final_state(a), final_state(b)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
+    assert oa["param_groups"] == ob["param_groups"]
+    assert oa["state"].keys() == ob["state"].keys()
+    compared = len(wa)
+    for i, state in oa["state"].items():
+        for key, value in state.items():
+            other = ob["state"][i][key]
+            assert torch.equal(value, other) if torch.is_tensor(value) else value == other, (i, key)
+            compared += 1
+    return compared
+
+
+# -- dying at a chosen moment (electra.faults) ------------------------------------------------------------------
+
+KILLED = -signal.SIGKILL
+"""The exit code of a child that a failpoint killed."""
+
+
+def die_at(failpoint: str | None, target: Callable, *args, before: Callable[[], None] | None = None,
+           timeout: float = 300, **kwargs) -> int:  # fmt: skip
+    """Run `target(*args, **kwargs)` in a forked child armed with ELECTRA_FAILPOINT=`failpoint` (after `before()`,
+    e.g. a monkeypatch that only the child sees); returns its exit code: KILLED when the failpoint killed it."""
+
+    def child() -> None:
+        if failpoint is not None:
+            os.environ[FAILPOINT_ENV] = failpoint
+        if before is not None:
+            before()
+        target(*args, **kwargs)
+
+    proc = multiprocessing.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise TimeoutError(f"{failpoint}: the child did not end within {timeout} s")
+    return proc.exitcode

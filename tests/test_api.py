@@ -6,19 +6,18 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT, run_python
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_import_electra_loads_no_torch():
     script = ("import json, sys, electra; print(json.dumps({'heavy': [m for m in ('torch', 'transformers', "
               "'datasets') if m in sys.modules], 'dir': 'run_sweep' in dir(electra)}))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = run_python("-c", script, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"heavy": [], "dir": True}
 

@@ -2,10 +2,6 @@
 baseline is the same model (parameters, tying) doing the FLOPs the formula says (full-vocabulary head)."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,13 +9,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from electra import bench
-from electra.cli import main
 from electra.config import load_config
 from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.heads import GlueModel
 from electra.model import ElectraForPretraining, ElectraModel
+from tests.helpers import cli_main, run_python
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "2", "--warmup", "1", "--device", "cpu"]
 
 
@@ -38,7 +33,7 @@ def _check_row(row: dict, batch_size: int, seq_len: int) -> None:
 
 
 def test_pretrain_both_reports_consistent_numbers(capsys):
-    assert main(["bench", "pretrain", *TINY, "--impl", "both"]) == 0
+    assert cli_main(["bench", "pretrain", *TINY, "--impl", "both"]) == 0
     out = _last_json(capsys)
     cfg = load_config("tiny", ["data.seq_len=32"])
     assert (out["impl"], out["hf"]["impl"], out["device"], out["dtype"]) == ("ours", "hf", "cpu", "fp32")
@@ -52,7 +47,7 @@ def test_pretrain_both_reports_consistent_numbers(capsys):
 
 
 def test_finetune_reports_training_and_evaluation(capsys):
-    assert main(["bench", "finetune", *TINY, "--eval-batch-size", "8", "--num-labels", "3"]) == 0
+    assert cli_main(["bench", "finetune", *TINY, "--eval-batch-size", "8", "--num-labels", "3"]) == 0
     out = _last_json(capsys)
     cfg = load_config("tiny")
     assert out["flops_per_step"] == finetune_step_flops(cfg.model, 4, 32, 3)
@@ -132,10 +127,10 @@ else:
 """
 
 
+@pytest.mark.slow  # minutes: inductor builds its kernels in a fresh process each time
 def test_bench_needs_none_of_the_packages_a_bare_gpu_machine_lacks():
-    def run(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        return subprocess.run([sys.executable, "-c", BARE_MACHINE, *args], capture_output=True, text=True, env=env)
+    def run(*args: str):
+        return run_python("-c", BARE_MACHINE, *args)
 
     assert "No module named 'transformers'" in run("import", "transformers").stderr  # the hiding works
     for what in ("pretrain", "finetune", "check"):

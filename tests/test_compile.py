@@ -8,10 +8,11 @@ import shutil
 import pytest
 import torch
 
-from electra.bench import CLS, MASK, PAD, SEP, synthetic_batch
+from electra.bench import synthetic_batch
 from electra.config import load_config
 from electra.masking import mask_tokens
 from electra.model import build_model
+from tests.helpers import MASK, SPECIAL
 
 NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]  # compiled dropout draws other random numbers
 
@@ -20,11 +21,10 @@ def _setup(overrides=NO_DROPOUT):
     cfg = load_config("tiny", list(overrides))
     torch.manual_seed(0)
     model = build_model(cfg).train()
-    special = torch.tensor([PAD, CLS, SEP, MASK])
 
     def loss_fn(input_ids, attention_mask, token_type_ids, example_ids):  # masking + the model's forward
         masked = mask_tokens(input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective,
-                             cfg.num_mask_slots, MASK, special)  # fmt: skip
+                             cfg.num_mask_slots, MASK, SPECIAL)  # fmt: skip
         return model(input_ids, attention_mask, token_type_ids, masked).loss
 
     ids, mask, types = synthetic_batch(cfg.model.vocab_size, 4, cfg.data.seq_len, torch.device("cpu"))
@@ -48,6 +48,7 @@ def test_training_forward_has_no_graph_breaks(overrides):
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow
 def test_fullgraph_forward_and_backward_equal_eager():
     """fullgraph=True raises on any graph break; AOTAutograd traces the backward as one graph too. aot_eager runs
     those graphs with eager kernels, so the numbers must equal eager's (inductor's C++ build takes minutes on a
@@ -62,6 +63,7 @@ def test_fullgraph_forward_and_backward_equal_eager():
         torch.testing.assert_close(gc, ge)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("ELECTRA_TEST_INDUCTOR"),
     reason="inductor's C++ kernels take ~4 min to build on a 2-core CPU; set ELECTRA_TEST_INDUCTOR=1 to run",

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from electra.config import DataConfig
-from electra.data import TokenizerInfo, open_pretraining_data
+from electra.data import open_pretraining_data
 from electra.data.builders import DynamicSource, StaticSource, keyed_permutation
 from electra.data.corpus import TokenCorpus, split_documents
 from electra.data.prepare import prepare
 from electra.data.synthetic import synthetic_corpus, write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
+from tests.helpers import CLS, PAD, SEP, token_info
 
-TOK = TokenizerInfo(vocab_size=1000, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
-PAD, CLS, SEP = 0, 2, 3
+TOK = token_info(vocab_size=1000)
 
 
 def toy_corpus(doc_lengths: list[int], line_length: int = 7) -> TokenCorpus:

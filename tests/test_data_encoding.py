@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +11,9 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from electra.data.encoding import LineEncoder, split_mode
 from electra.data.synthetic import synthetic_tokenizer_json
 from electra.data.tokenizer import train_tokenizer
+from tests.helpers import SHARED_DATA
 
-SHARED_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "wikipedia_en_sample.txt"
+SHARED_CORPUS = SHARED_DATA / "corpus" / "wikipedia_en_sample.txt"
 TRICKY = [
     "a  b   c\td",  # whitespace runs: ByteLevel keeps them as pieces of their own
     "x [SEP]y and [MASK]",  # special tokens' text is matched across the whole line

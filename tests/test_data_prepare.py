@@ -10,7 +10,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -18,14 +17,13 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from electra.cli import main
 from electra.data.corpus import META_FILE, open_corpus
 from electra.data.prepare import prepare
 from electra.data.sources import ReadOptions, read_documents, resolve_inputs
 from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import add_post_processor, load_tokenizer, train_tokenizer
+from tests.helpers import cli_main, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
 ENGLISH = [
     "Anarchism is a political philosophy that advocates self-governed societies.",
     "The term was first used in 1642; Proudhon adopted it in 1840 (in France).",
@@ -168,11 +166,11 @@ def test_the_doc_separator_says_where_txt_documents_end(tok_dir, tmp_path, separ
 def test_the_doc_separator_is_part_of_the_source_key(tok_dir, inputs, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out), str(inputs)]
-    assert main(args) == 0
+    assert cli_main(args) == 0
     blank = open_corpus(out)[1]
-    assert main([*args, "--doc-separator", "file"]) == 2
+    assert cli_main([*args, "--doc-separator", "file"]) == 2
     assert "prepared from other inputs" in capsys.readouterr().err
-    assert main([*args, "--doc-separator", "file", "--overwrite"]) == 0
+    assert cli_main([*args, "--doc-separator", "file", "--overwrite"]) == 0
     per_file = open_corpus(out)[1]
     assert per_file["read_options"]["doc_separator"] == "file"
     # docs.txt becomes one document (the .jsonl rows stay documents): 5 -> 4, the same tokens
@@ -237,8 +235,8 @@ def _parquet(path: Path, columns: dict) -> Path:
 def test_bad_inputs_fail_with_one_line_naming_the_file(tok_dir, tmp_path, capsys, make, message):
     bad = make(tmp_path)
     out = tmp_path / "out"
-    code = main(["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out),
-                 str(bad)])  # fmt: skip
+    code = cli_main(["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out),
+                     str(bad)])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err
     assert not out.exists()
@@ -252,11 +250,10 @@ def _run_with_file_size_limit(args: list[str], limit: int) -> subprocess.Complet
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get an OSError instead of being killed
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-m", "electra.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, preexec_fn=limit_writes, timeout=120)  # fmt: skip
+    return run_cli(*args, env={"PYTHONDONTWRITEBYTECODE": "1"}, preexec_fn=limit_writes, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_no_corrupt_set_and_keeps_the_old_one(tok_dir, inputs, tmp_path):
     out = tmp_path / "out"
     old = prepare([str(inputs)], tok_dir, out, workers=1, show_progress=False)

@@ -4,23 +4,19 @@ folders, Parquet and Arrow files, a hub dataset from the offline cache; all buil
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from electra.cli import main
 from electra.data.corpus import open_corpus
 from electra.data.prepare import prepare
 from electra.data.sources import ReadOptions, ReadStats, read_documents, resolve_inputs
 from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
+from tests.helpers import cli_main, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
 SLICE_BYTES = 250_000  # ~10 documents, ~150k tokens: each preparation well under a second
 PREPARED_FILES = ("tokens.bin", "documents.npy", "lines.npy")
 
@@ -138,15 +134,11 @@ def test_datasets_folders_parquet_and_arrow_give_the_tokens_of_the_txt_route(tok
     # the interface other tools rely on: a Parquet file with a `text` column, one document a row
     out = tmp_path / "parquet_out"
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out)]
-    assert main([*args, str(tmp_path / "wiki.parquet")]) == 0
+    assert cli_main([*args, str(tmp_path / "wiki.parquet")]) == 0
     assert {name: (out / name).read_bytes() for name in PREPARED_FILES} == reference
 
 
-def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "electra.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-
-
+@pytest.mark.slow
 def test_a_hub_dataset_in_the_offline_cache_gives_the_tokens_of_the_txt_route(
     tok_dir, wiki_docs, tmp_path, monkeypatch
 ):
@@ -168,12 +160,12 @@ def test_a_hub_dataset_in_the_offline_cache_gives_the_tokens_of_the_txt_route(
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     out = tmp_path / "hub_out"
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out)]
-    result = _cli([*args, "wiki_sample"], dict(os.environ))
+    result = run_cli(*args, "wiki_sample", timeout=120)  # the monkeypatched environment
     assert result.returncode == 0, result.stderr
     assert {name: (out / name).read_bytes() for name in PREPARED_FILES} == reference
     assert open_corpus(out)[1]["sources"] == [f"wiki_sample@{entry.name}"]  # the cached revision
     # neither cached nor reachable: one line naming it
-    result = _cli([*args[:-1], str(tmp_path / "none"), "someone/not_cached"], dict(os.environ))
+    result = run_cli(*args[:-1], str(tmp_path / "none"), "someone/not_cached", timeout=120)
     err = result.stderr.strip()
     assert result.returncode == 2 and "\n" not in err, err
     assert "someone/not_cached: not a file or folder, nor a dataset in the local Hugging Face cache" in err

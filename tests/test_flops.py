@@ -9,10 +9,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from electra import flops
-from electra.cli import main
 from electra.config import load_config, num_mask_slots
 from electra.masking import mask_tokens
 from electra.model import ElectraForPretraining
+from tests.helpers import cli_main
 
 
 def test_electra_small_matches_official_flops_computation():
@@ -76,7 +76,7 @@ def test_pfs_days_convention():
 
 
 def test_cli_prints_total_flops(capsys):
-    assert main(["flops", "--preset", "small", "--steps", "1000000", "--device", "v100", "--days", "4"]) == 0
+    assert cli_main(["flops", "--preset", "small", "--steps", "1000000", "--device", "v100", "--days", "4"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["total_flops"] == pytest.approx(1.2937e18, rel=5e-5)
     assert round(out["pfs_days"], 2) == 0.02
@@ -85,6 +85,6 @@ def test_cli_prints_total_flops(capsys):
 
 def test_cli_step_time_gives_wall_clock(capsys):
     # the GPU target: 10 ms per step is 1M steps in 2.78 hours
-    main(["flops", "--preset", "small", "--steps", "1000000", "--ms-per-step", "10"])
+    cli_main(["flops", "--preset", "small", "--steps", "1000000", "--ms-per-step", "10"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["wall_hours"] == pytest.approx(10 * 1e6 / 3.6e6)

@@ -16,11 +16,12 @@ from electra.glue.loading import Example, load_task
 from electra.glue.optim import depth_exponent, param_groups, set_learning_rates
 from electra.glue.tasks import TASKS, resolve_tasks
 from electra.model import ElectraModel
-from tests.glue_fixtures import make_run, make_tokenizer, tiny_model_config, write_custom_task
+from tests.glue_fixtures import make_run, make_tokenizer, write_custom_task
+from tests.helpers import glue_model_config
 
 
 def _model(head: str, num_outputs: int = 2, **sizes) -> GlueModel:
-    cfg = tiny_model_config(**sizes)
+    cfg = glue_model_config(**sizes)
     return GlueModel(ElectraModel(cfg), cfg, head, num_outputs).eval()
 
 
@@ -139,7 +140,7 @@ def test_every_group_follows_the_schedule_from_its_own_peak(schedule):
 def test_head_initialisation():
     """glorot_uniform (OFF: tf.layers.dense without an initializer gets TF's Glorot uniform): U(-a, a) with
     a = sqrt(6 / (fan_in + fan_out)); normal: normal(0, initializer_range). Biases 0."""
-    cfg = tiny_model_config(hidden=256, layers=1)
+    cfg = glue_model_config(hidden=256, layers=1)
     weights = {}
     for init in ("glorot_uniform", "normal"):
         torch.manual_seed(0)

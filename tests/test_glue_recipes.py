@@ -17,7 +17,7 @@ from electra.glue.optim import build_optimizer, set_learning_rates
 from electra.glue.tasks import TASKS
 from electra.model import ElectraModel
 from electra.optim import learning_rate, scheduled_lr
-from tests.glue_fixtures import tiny_model_config
+from tests.helpers import glue_model_config
 
 # Each recipe's values, written out (docs/glue.md has the table and the OFF lines behind each value).
 RECIPES = {
@@ -110,7 +110,7 @@ def test_off_update_matches_the_hand_computed_formula():
     clipped to a global norm, m and v without bias correction, decoupled weight decay on the decayed group only.
     The clip is 10 rather than OFF's 1 so that it tells the sum from the mean: the summed loss's gradient (norm
     18-33 here) is clipped, the mean's (4x smaller) would not be; Adam is blind to the scale otherwise."""
-    mcfg = dataclasses.replace(tiny_model_config(layers=2), dropout=0.0, attention_dropout=0.0)  # deterministic
+    mcfg = dataclasses.replace(glue_model_config(layers=2), dropout=0.0, attention_dropout=0.0)  # deterministic
     cfg = load_finetune_config("off", ["finetune.lr=1e-2", "finetune.warmup_fraction=0.2", "finetune.grad_clip=10"])
     task, L, total = TASKS["rte"], mcfg.num_layers, 10
     warmup = cfg.warmup_fraction * total

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from electra.glue.loading import load_task
 from electra.glue.tasks import resolve_tasks
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import SHARED_DATA, run_python
 
 # nyu-mll/glue's schema (its dataset card): config -> (TSV folder, text fields as TSV column -> hub field, the
 # TSV label column, the ClassLabel names in id order, TSV label string -> ClassLabel name)
@@ -58,7 +54,7 @@ def routes(tmp_path_factory) -> dict[str, Path]:
     """The same GLUE tasks as TSVs, as save_to_disk folders, and as the hub repo's Parquet files."""
     import datasets
 
-    glue = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+    glue = SHARED_DATA / "glue"
     if not glue.is_dir():
         pytest.skip(f"shared GLUE data not found at {glue}")
     root = tmp_path_factory.mktemp("routes")
@@ -91,6 +87,7 @@ def test_datasets_folders_and_parquet_files_give_the_examples_of_the_tsvs(routes
         assert examples(routes[layout]) == reference, layout
 
 
+@pytest.mark.slow
 def test_the_hub_dataset_from_the_offline_cache_gives_the_examples_of_the_tsvs(routes, tmp_path):
     """A cache entry as `load_dataset("nyu-mll/glue", CONFIG)` leaves it (DATASETS_CACHE/nyu-mll___glue/CONFIG/
     0.0.0/HASH/glue-SPLIT.arrow + dataset_info.json), made here from the Parquet files, read with the hub
@@ -105,16 +102,15 @@ def test_the_hub_dataset_from_the_offline_cache_gives_the_examples_of_the_tsvs(r
         builder.download_and_prepare()
         (built,) = (tmp_path / "build" / "glue").glob(f"{config}-*")  # named after its data files; the hub's: CONFIG
         shutil.move(built, cache / "nyu-mll___glue" / config)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
     # one process: the examples of the four tasks, then `electra glue` on a config the cache lacks
     args = ["glue", "--model", str(tmp_path), "--tasks", "cola", "--out", str(tmp_path / "out"), "--seeds", "1"]
     script = (
         "import json, sys; from tests.test_glue_sources import examples; from electra.cli import main; "
         f"json.dump(examples(None), open({str(tmp_path / 'hub.json')!r}, 'w')); sys.exit(main({args!r}))"
     )
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = run_python("-c", script, env=env, timeout=300)
     hub = json.loads((tmp_path / "hub.json").read_text())
     hub = {task: {k: [tuple(e) for e in v] for k, v in splits.items()} for task, splits in hub.items()}
     assert hub == examples(routes["tsv"])

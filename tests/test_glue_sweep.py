@@ -10,20 +10,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from electra.cli import main
 from electra.config import ConfigError, FinetuneConfig, load_finetune_config
 from electra.glue.sweep import SweepSpec, run_sweep, spec_from_dict, write_report_only
 from tests.glue_fixtures import GLUE_DATA, make_run, write_custom_task, write_glue
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # two shared cores: no thread fights
+from tests.helpers import cli_main, start_cli
 
 
 @pytest.fixture(scope="module")
@@ -120,19 +116,19 @@ def test_stopped_sweep_resumes_with_only_the_remaining_runs(world, tmp_path, cap
         with pytest.raises(ValueError, match="holds runs with other settings"):
             run_sweep(dataclasses.replace(spec, finetune=other))
     assert first.read_bytes() == before[0]
-    assert main([*glue_args(world, out, "rte,wnli", "--seeds", "2", "--max-steps", "2"), "--recipe", "paper"]) == 2
+    assert cli_main([*glue_args(world, out, "rte,wnli", "--seeds", "2", "--max-steps", "2"), "--recipe", "paper"]) == 2
     err = capsys.readouterr().err
     assert "holds runs with other settings" in err and "optimizer: 'adam' -> 'adamw'" in err
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes(world, tmp_path, capsys):
     """SIGKILL the sweep process right after its first run finished, while the second is training; the rerun
     takes over the dead process's claim, redoes only what is missing, and reports every run."""
     out = tmp_path / "out"
     args = glue_args(world, out, "rte", "--seeds", "3", "--batch-size", "2", "--max-steps", "40")
-    proc = subprocess.Popen([sys.executable, "-m", "electra.cli", *args], env=ENV, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = start_cli(*args)
     first = out / "runs" / "rte" / "seed0" / "result.json"
     claim = out / "runs" / "rte" / "seed1" / "claim"
     deadline = time.time() + 120
@@ -154,11 +150,11 @@ def test_killed_sweep_resumes(world, tmp_path, capsys):
     assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 3
 
 
+@pytest.mark.slow
 def test_worker_processes_share_one_out(world, tmp_path):
     out = tmp_path / "out"
     args = glue_args(world, out, "wnli", "--seeds", "4", "--max-steps", "2", "--num-workers", "2")
-    proc = subprocess.Popen([sys.executable, "-m", "electra.cli", *args], env=ENV, cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-2000:]
     records = [json.loads(p.read_text()) for p in sorted(out.glob("runs/wnli/*/result.json"))]
@@ -195,7 +191,7 @@ def test_bad_input_is_one_line_naming_the_problem(world, tmp_path, capsys, chang
         args[args.index(change[0]) + 1] = value
     else:
         args += list(change)
-    assert main(args) == 2
+    assert cli_main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out" / "runs").exists()
@@ -206,7 +202,7 @@ def test_flags_are_shortcuts_for_the_recipe_keys(world, tmp_path, capsys):
     out = tmp_path / "out"
     args = glue_args(world, out, "wnli", "--seeds", "3,1", "--max-steps", "2", "--recipe", "study", "--lr", "1e-3",
                      "--no-swap-pairs", "--set", "finetune.lr=2e-3", "--stop-after", "1")  # fmt: skip
-    assert main(args) == 0
+    assert cli_main(args) == 0
     header = json.loads((out / "sweep.json").read_text())
     expected = load_finetune_config("study", ["finetune.max_steps=2", "finetune.lr=2e-3"])
     assert header["config"] == dataclasses.asdict(expected) and header["recipe"] == "study"
@@ -242,7 +238,7 @@ def test_malformed_row_fails_before_training_and_keeps_finished_runs(world, tmp_
     (out / "results.md").unlink()
     assert write_report_only(out).results == results(out) and (out / "results.md").exists()
     (out / "results.md").unlink()
-    assert main(["glue", "--out", str(out), "--report-only"]) == 0 and (out / "results.md").exists()
+    assert cli_main(["glue", "--out", str(out), "--report-only"]) == 0 and (out / "results.md").exists()
 
 
 @pytest.mark.skipif(not GLUE_DATA.is_dir(), reason="shared GLUE data not present")

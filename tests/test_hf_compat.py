@@ -7,9 +7,8 @@ import torch
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
 from electra.checkpoint import load_discriminator, load_pretraining_model
-from electra.cli import main
 from electra.hf_compat import HFConversionError, from_hf, to_hf
-from tests.helpers import random_batch, tiny_model
+from tests.helpers import cli_main, random_batch, tiny_model
 
 SHARED = dict(
     vocab_size=97, embedding_size=24, num_hidden_layers=2, max_position_embeddings=64, type_vocab_size=2,
@@ -84,12 +83,11 @@ def test_to_hf_round_trip_loads_with_no_missing_keys(tmp_path):
 def test_cli_import_then_export_and_discriminator_loading(hf_pair, tmp_path):
     disc, gen, root = hf_pair
     run = tmp_path / "run"
-    assert (
-        main(["import-hf", "--discriminator", str(root / "d"), "--generator", str(root / "g"), "--out", str(run)]) == 0
-    )
+    args = ["import-hf", "--discriminator", str(root / "d"), "--generator", str(root / "g"), "--out", str(run)]
+    assert cli_main(args) == 0
     model, cfg = load_pretraining_model(run)
     assert cfg.model.vocab_size == 97
-    assert main(["export-hf", str(run), str(tmp_path / "out")]) == 0
+    assert cli_main(["export-hf", str(run), str(tmp_path / "out")]) == 0
     again = ElectraForPreTraining.from_pretrained(tmp_path / "out" / "discriminator").eval()
     ids, attention, types = inputs()
     with torch.no_grad():

@@ -14,9 +14,9 @@ import pytest
 from safetensors.torch import load_file
 
 from electra.checkpoint import export_run_to_hf, list_checkpoints
-from electra.cli import main
 from electra.hub import is_hub_id, resolve_model
 from tests.glue_fixtures import make_run, write_glue
+from tests.helpers import cli_main
 
 ORG = "tiny-org"
 NAMES = {"discriminator": "electra-tiny-discriminator", "generator": "electra-tiny-generator"}
@@ -74,9 +74,9 @@ def test_hub_ids_and_paths():
 def test_import_hf_from_hub_ids_equals_the_local_folders(offline_cache, exported, tmp_path, monkeypatch, capsys):
     disc, gen = (f"{ORG}/{NAMES[w]}" for w in ("discriminator", "generator"))
     assert resolve_model(disc) == offline_cache["discriminator"]
-    assert main(["import-hf", "--discriminator", disc, "--generator", gen, "--out", str(tmp_path / "hub")]) == 0
+    assert cli_main(["import-hf", "--discriminator", disc, "--generator", gen, "--out", str(tmp_path / "hub")]) == 0
     local = ["--discriminator", str(exported / "discriminator"), "--generator", str(exported / "generator")]
-    assert main(["import-hf", *local, "--out", str(tmp_path / "local")]) == 0
+    assert cli_main(["import-hf", *local, "--out", str(tmp_path / "local")]) == 0
     assert same(weights(tmp_path / "hub"), weights(tmp_path / "local"))
     assert (tmp_path / "hub" / "tokenizer" / "tokenizer.json").read_bytes() == (
         exported / "discriminator" / "tokenizer.json"
@@ -86,9 +86,9 @@ def test_import_hf_from_hub_ids_equals_the_local_folders(offline_cache, exported
     other = export_run_to_hf(make_run(tmp_path / "other-run", seed=1), tmp_path / "other")
     monkeypatch.chdir(tmp_path)
     shutil.copytree(other / "discriminator", Path(disc))
-    assert main(["import-hf", "--discriminator", disc, "--generator", gen, "--out", "shadowed"]) == 0
+    assert cli_main(["import-hf", "--discriminator", disc, "--generator", gen, "--out", "shadowed"]) == 0
     local = ["--discriminator", str(other / "discriminator"), "--generator", gen]
-    assert main(["import-hf", *local, "--out", "other-import"]) == 0
+    assert cli_main(["import-hf", *local, "--out", "other-import"]) == 0
     assert same(weights(tmp_path / "shadowed"), weights(tmp_path / "other-import"))
     assert not same(weights(tmp_path / "shadowed"), weights(tmp_path / "hub"))
 
@@ -97,8 +97,9 @@ def test_glue_with_a_hub_id_equals_the_local_folder(offline_cache, exported, tmp
     glue = write_glue(tmp_path / "glue")
     common = ["--glue-dir", str(glue), "--tasks", "rte", "--seeds", "1", "--max-steps", "3", "--no-progress"]
     model = f"{ORG}/{NAMES['discriminator']}"
-    assert main(["glue", "--model", model, "--out", str(tmp_path / "hub"), *common]) == 0
-    assert main(["glue", "--model", str(exported / "discriminator"), "--out", str(tmp_path / "local"), *common]) == 0
+    assert cli_main(["glue", "--model", model, "--out", str(tmp_path / "hub"), *common]) == 0
+    args = ["glue", "--model", str(exported / "discriminator"), "--out", str(tmp_path / "local"), *common]
+    assert cli_main(args) == 0
     hub, local = (json.loads((tmp_path / w / "runs/rte/seed0/result.json").read_text()) for w in ("hub", "local"))
     for key in ("metrics", "loss_start", "loss_end"):  # fine-tuning from the same weights: the same numbers
         assert hub[key] == local[key]
@@ -106,7 +107,7 @@ def test_glue_with_a_hub_id_equals_the_local_folder(offline_cache, exported, tmp
     assert header["fields"]["model"] == f"{model}@{offline_cache['discriminator'].name}"  # the commit it used
 
     capsys.readouterr()
-    assert main(["glue", "--model", f"{ORG}/not-cached", "--out", str(tmp_path / "none"), *common]) == 2
+    assert cli_main(["glue", "--model", f"{ORG}/not-cached", "--out", str(tmp_path / "none"), *common]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"electra glue: error: {ORG}/not-cached: not a local path, nor a model in the local Hugging Face "
                    "cache (HF_HUB_OFFLINE is set: nothing is downloaded)")  # fmt: skip

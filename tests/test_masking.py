@@ -9,9 +9,7 @@ from torch import Tensor
 
 from electra.config import ObjectiveConfig, num_mask_slots
 from electra.masking import keyed_uniform, mask_tokens, sample_replacements
-
-PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
-SPECIAL = torch.tensor([PAD, CLS, SEP, MASK])
+from tests.helpers import CLS, MASK, SEP, SPECIAL
 
 
 def batch(B=512, T=128, vocab=1000, seed=0):

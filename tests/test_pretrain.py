@@ -2,10 +2,7 @@
 the collapse flag, and refusal of a checkpoint from another config. All on CPU with the tiny preset."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,25 +13,13 @@ from safetensors.torch import load_file, save_file
 
 from electra.checkpoint import CheckpointError, list_checkpoints, reseal_checkpoint
 from electra.config import load_config
-from electra.data import PretrainingData, TokenizerInfo
+from electra.data import PretrainingData
 from electra.pretraining import pretrain
 from electra.step import NonFiniteError
+from tests.helpers import CLS, SEP, newest_weights, run_cli, start_cli, token_info, torchrun
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["train.batch_size=8", "train.log_every=2", "train.eval_every=1000", "train.eval_batches=1"]
 NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "electra.cli", *args]
-
-
-def env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-
-
-def weights(run: Path) -> dict[str, torch.Tensor]:
-    return load_file(list_checkpoints(run)[-1] / "model.safetensors")
 
 
 def metrics(run: Path) -> list[dict]:
@@ -45,23 +30,23 @@ def train_rows(run: Path) -> list[dict]:
     return [m for m in metrics(run) if "mlm_loss" in m]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_bit_identical(tmp_path):
     args = ["pretrain", "--config", "tiny", "--max-steps", "14", "--save-every", "3", "--batch-size", "8",
             "--log-every", "2", "--eval-every", "1000"]  # fmt: skip
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(cli(*args, "--out", str(straight)), check=True, env=env(), capture_output=True)
+    run_cli(*args, "--out", str(straight), check=True)
 
-    proc = subprocess.Popen(cli(*args, "--out", str(killed)), env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = start_cli(*args, "--out", str(killed))
     deadline = time.time() + 120
     while time.time() < deadline and len(list_checkpoints(killed)) < 2:  # past step 6, somewhere before 14
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert 6 <= int(json.loads((killed / "run.json").read_text())["step"]) < 14
-    subprocess.run(cli(*args, "--out", str(killed), "--resume", "auto"), check=True, env=env(), capture_output=True)
+    run_cli(*args, "--out", str(killed), "--resume", "auto", check=True)
 
-    a, b = weights(straight), weights(killed)
+    a, b = newest_weights(straight), newest_weights(killed)
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
@@ -69,16 +54,15 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
     assert last_b["step"] == 14 and last_b["mlm_loss"] == last_a["mlm_loss"]
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_with_the_whole_batch(tmp_path):
     common = ["--config", "tiny", "--max-steps", "4", "--batch-size", "8", "--log-every", "2",
               "--eval-every", "1000", "--set", "model.dropout=0.0", "--set", "model.attention_dropout=0.0"]  # fmt: skip
     one, two = tmp_path / "one", tmp_path / "two"
-    subprocess.run(cli("pretrain", *common, "--out", str(one)), check=True, env=env(), capture_output=True)
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29617",
-              "-m", "electra.cli", "pretrain", *common, "--out", str(two)]  # fmt: skip
-    result = subprocess.run(launch, env=env(), capture_output=True, text=True)
+    run_cli("pretrain", *common, "--out", str(one), check=True)
+    result = torchrun(2, 29617, "pretrain", *common, "--out", str(two))
     assert result.returncode == 0, result.stderr[-3000:]
-    a, b = weights(one), weights(two)
+    a, b = newest_weights(one), newest_weights(two)
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
     # the logged metrics are global sums, so they match too
@@ -91,7 +75,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path):
     base = FAST + NO_DROPOUT + ["train.max_steps=3", "train.save_every=1", "train.warmup_steps=1"]
     pretrain(load_config("tiny", base), tmp_path / "big")
     pretrain(load_config("tiny", base + ["train.micro_batch_size=2"]), tmp_path / "accum")
-    a, b = weights(tmp_path / "big"), weights(tmp_path / "accum")
+    a, b = newest_weights(tmp_path / "big"), newest_weights(tmp_path / "accum")
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
     first = load_file(list_checkpoints(tmp_path / "big")[0] / "model.safetensors")  # after step 1
@@ -146,14 +130,13 @@ class IidTokens:
     def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
         rows = [np.random.default_rng([self.seed, int(i)]).integers(5, 64, self.seq_len) for i in example_ids]
         ids = np.stack(rows).astype(np.int64)
-        ids[:, 0], ids[:, -1] = 2, 3
+        ids[:, 0], ids[:, -1] = CLS, SEP
         ones = np.ones_like(ids)
         return {"input_ids": ids, "attention_mask": ones, "token_type_ids": np.zeros_like(ids)}
 
 
 def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path):
-    tokens = TokenizerInfo(vocab_size=64, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
-    data = PretrainingData(train=IidTokens(0), eval=IidTokens(1), tokens=tokens)
+    data = PretrainingData(train=IidTokens(0), eval=IidTokens(1), tokens=token_info(vocab_size=64))
     cfg = load_config("tiny", FAST + ["train.max_steps=12", "train.eval_every=3", "train.collapse_patience=3",
                                       "train.stop_on_collapse=true", "train.eval_batches=2"])  # fmt: skip
     meta = pretrain(cfg, tmp_path / "run", data=data)

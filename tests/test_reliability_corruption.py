@@ -24,7 +24,6 @@ from electra.checkpoint import (
     load_model_checkpoint,
     verify_checkpoint,
 )
-from electra.cli import main
 from electra.config import load_config
 from electra.data.corpus import META_FILE, open_corpus
 from electra.data.prepare import prepare
@@ -34,7 +33,7 @@ from electra.errors import CorruptFileError, InputError
 from electra.files import CHECKSUMS_FILE
 from electra.pretraining import pretrain
 from electra.results import ReportError, read_pretrain_run
-from tests.reliability_helpers import assert_same_state, metric_rows
+from tests.helpers import assert_same_state, cli_main, metric_rows
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",
        "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
@@ -120,7 +119,7 @@ def test_cli_names_the_damaged_file_in_one_line(run, capsys):
         (ckpt / "state.json").unlink()
     args = ["pretrain", "--config", "tiny", "--out", str(run), "--resume", "auto"]
     args += [f"--set={item}" for item in RUN]
-    assert main(args) == 2
+    assert cli_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("electra pretrain: error: ") and "step_00000006/state.json: missing" in err
 
@@ -190,8 +189,8 @@ def test_a_damaged_prepared_corpus_is_refused_naming_the_file(data, damage, caps
     with pytest.raises(CorruptFileError, match=message):
         open_corpus(data)
     # pretraining on it stops before any work, in one line naming the file
-    assert main(["pretrain", "--config", "tiny", "--data", str(data), "--out", str(data.parent / "run"),
-                 "--max-steps", "1"]) == 2  # fmt: skip
+    assert cli_main(["pretrain", "--config", "tiny", "--data", str(data), "--out", str(data.parent / "run"),
+                     "--max-steps", "1"]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.split(":")[0] in err and not (data.parent / "run" / "checkpoints").exists()
 

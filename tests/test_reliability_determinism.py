@@ -4,16 +4,12 @@ other ones. Dropout stays on, so the RNG streams are part of what is compared.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from electra.config import load_config
 from electra.pretraining import pretrain
-from tests.reliability_helpers import ROOT, assert_same_state, final_state, metric_rows
+from tests.helpers import assert_same_state, final_state, metric_rows, torchrun
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=3", "train.eval_every=3", "train.log_every=1",
        "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
@@ -35,11 +31,8 @@ def test_the_same_seed_twice_gives_the_same_run_another_seed_another(tmp_path):
 
 
 def _torchrun(out, seed: int, port: int) -> None:
-    args = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), "-m",
-            "electra.cli", "pretrain", "--config", "tiny", "--out", str(out), "--seed", str(seed),
-            *[f"--set={item}" for item in RUN]]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    args = ["pretrain", "--config", "tiny", "--out", str(out), "--seed", str(seed), *[f"--set={item}" for item in RUN]]
+    result = torchrun(2, port, *args, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
 
 

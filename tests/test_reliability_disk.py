@@ -16,7 +16,6 @@ import pytest
 
 import electra.faults as faults
 from electra.checkpoint import list_checkpoints, verify_checkpoint
-from electra.cli import main
 from electra.config import FinetuneConfig, load_config
 from electra.data.corpus import open_corpus
 from electra.data.prepare import prepare
@@ -26,7 +25,7 @@ from electra.errors import DiskFullError
 from electra.glue.sweep import SweepSpec, run_sweep
 from electra.pretraining import pretrain
 from tests.glue_fixtures import make_run, write_glue
-from tests.reliability_helpers import assert_same_state, metric_rows
+from tests.helpers import assert_same_state, cli_main, metric_rows
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",
        "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
@@ -74,12 +73,12 @@ def test_a_checkpoint_on_a_full_tmpfs_fails_clearly_and_resumes_once_there_is_ro
     with small_filesystem(tmp_path / "fs", f"{int(2.45 * CHECKPOINT_BYTES) // 1024}k") as fs:
         run = fs / "run"
         args = ["pretrain", "--config", "tiny", "--out", str(run), *[f"--set={item}" for item in RUN]]
-        assert main(args) == 2
+        assert cli_main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert err.startswith("electra pretrain: error: ")
         _after_a_full_disk(run, err.removeprefix("electra pretrain: error: "), straight)
         grow(fs, "64m")
-        assert main([*args, "--resume", "auto"]) == 0
+        assert cli_main([*args, "--resume", "auto"]) == 0
         assert_same_state(run, straight)
         assert metric_rows(run) == metric_rows(straight)
 

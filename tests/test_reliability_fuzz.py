@@ -2,18 +2,18 @@
 `--set` override and `--set finetune.*` override either loads or fails with the project's own error type and a
 message naming the file and line (or the key); never another exception, never a hang (a deadline per input).
 
-The fast tests run FAST_EXAMPLES inputs per reader, the same ones every time (derandomized); the slow ones
-(`make test-slow`) SLOW_EXAMPLES fresh ones. Each test counts what it saw; run with -s for the summary.
+The test_fuzzed_* tests run FAST_EXAMPLES inputs per reader, the same ones every time (derandomized); the
+test_many_fuzzed_* ones SLOW_EXAMPLES fresh ones. Both are marked slow (the first kind takes ~20 s together): `make
+test` runs them, `make test-fast` runs only the named cases. Each test counts what it saw; run with -s for the
+summary.
 Out-of-range config values are refused before any work starts, naming the key (the table at the end).
 
-The GLUE readers (electra/glue) raise ValueError, not yet InputError; the bugs the fuzzing found there are the
-strict xfail tests below (each says which raise site should change).
+What the fuzzing found in the GLUE readers (electra/glue) is kept as named cases at the end of the file.
 """
 
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import json
 import math
@@ -262,7 +262,7 @@ def check_glue_tsv(scratch: Path, case: tuple[str, bool, bytes]) -> None:
     path.write_bytes(data)
     try:
         examples = read_tsv(path, TASKS[task], labelled=labelled)
-    except ValueError as err:  # the GLUE readers' type (InputError would be better: see the xfail tests)
+    except InputError as err:
         assert located(str(err), path), str(err)
         SEEN[("GLUE read_tsv", "refused")] += 1
         return
@@ -276,7 +276,7 @@ def check_task_json(scratch: Path, data: bytes) -> None:
     (folder / "task.json").write_bytes(data)
     try:
         task = load_custom_task(folder)
-    except ValueError as err:
+    except InputError as err:
         assert located(str(err), folder / "task.json"), str(err)
         SEEN[("GLUE load_custom_task", "refused")] += 1
         return
@@ -335,15 +335,17 @@ def check_overrides(items: list[str], finetune: bool) -> None:
     SEEN[(reader, "loaded")] += 1
 
 
-# -- fast: the same FAST_EXAMPLES inputs per reader every run -------------------------------------------------------
+# -- the same FAST_EXAMPLES inputs per reader every run -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @FAST
 @given(case=glue_tsv())
 def test_fuzzed_glue_tsv_loads_or_is_refused_naming_file_and_line(scratch, case):
     check_glue_tsv(scratch, case)
 
 
+@pytest.mark.slow
 @FAST
 @given(data=task_json())
 @example(data=b'{"name": "x", "text_a": "a", "text_b": null, "label": "l", "labels": ["0", "1"], '
@@ -352,12 +354,14 @@ def test_fuzzed_custom_task_json_loads_or_is_refused_naming_the_file(scratch, da
     check_task_json(scratch, data)
 
 
+@pytest.mark.slow
 @FAST
 @given(data=st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
 def test_fuzzed_txt_corpus_loads_or_is_refused_naming_the_file(scratch, data):
     check_corpus(scratch, ".txt", data)
 
 
+@pytest.mark.slow
 @FAST
 @given(lines=st.lists(jsonl_line(), max_size=6), ending=st.sampled_from([b"\n", b"\r\n"]))
 @example(lines=[b'{"text": "ok"}', b"[" * 5000], ending=b"\n")
@@ -366,6 +370,7 @@ def test_fuzzed_jsonl_corpus_loads_or_is_refused_naming_file_and_line(scratch, l
     check_corpus(scratch, ".jsonl", ending.join(lines))
 
 
+@pytest.mark.slow
 @FAST
 @given(data=preset_yaml())
 @example(data=b"train:\n  lr: " + b"1" * 5000 + b"\n")
@@ -375,6 +380,7 @@ def test_fuzzed_config_file_loads_or_is_refused_naming_the_file_or_key(scratch, 
     check_preset(scratch, data)
 
 
+@pytest.mark.slow
 @FAST
 @given(items=st.lists(override(CONFIG_KEYS), min_size=1, max_size=3))
 @example(items=["train.lr=" + "1" * 5000])  # what the fuzzing found: YAML's int() and date parsing raise ValueError
@@ -385,6 +391,7 @@ def test_fuzzed_set_overrides_load_or_are_refused_naming_the_key(items):
     check_overrides(items, finetune=False)
 
 
+@pytest.mark.slow
 @FAST
 @given(items=st.lists(override(FINETUNE_KEYS), min_size=1, max_size=3))
 @example(items=["finetune.lr=" + "1" * 5000])
@@ -445,67 +452,54 @@ def test_many_fuzzed_finetune_overrides(items):
     check_overrides(items, finetune=True)
 
 
-# -- what the fuzzing found in the GLUE readers (electra/glue: not fixed here) --------------------------------------
+# -- what the fuzzing found in the GLUE readers ----------------------------------------------------------------------
 
 RTE_HEADER = b"index\tsentence1\tsentence2\tlabel\n"
 
 
-def _glue_bug(reason: str, raises: type[BaseException]):
-    return pytest.mark.xfail(strict=True, raises=raises, reason=reason)
-
-
-@_glue_bug("electra/glue/loading.py read_tsv: invalid UTF-8 raises UnicodeDecodeError from the csv reader's "
-           "iteration, without the file or line (a ValueError, so unlocated: the check's AssertionError); should be "
-           "InputError(f'{path}:{line}: not valid UTF-8')", AssertionError)  # fmt: skip
 def test_glue_tsv_with_invalid_utf8_is_refused_naming_file_and_line(scratch):
+    # was: UnicodeDecodeError from the csv reader's iteration, without the file or line
     check_glue_tsv(scratch, ("rte", True, RTE_HEADER + b"0\tok\tbad \xff byte\tentailment\n"))
+    with pytest.raises(InputError, match=r"task.tsv:2: not valid UTF-8 \(byte 0xff"):
+        read_tsv(scratch / "task.tsv", TASKS["rte"])
+    (scratch / "task.tsv").write_bytes(RTE_HEADER + b"0\ta\tb\tentailment\r1\tok\t\xff\tentailment\n")
+    with pytest.raises(InputError, match=r"task.tsv:3: not valid UTF-8 \(byte 0xff"):
+        read_tsv(scratch / "task.tsv", TASKS["rte"])  # a lone \r ends a line for csv too
 
 
-@_glue_bug("electra/glue/loading.py read_tsv: a cell over csv's field_size_limit (131072 characters) raises "
-           "_csv.Error, which is not a ValueError (the CLI prints a traceback); should be InputError naming the line",
-           csv.Error)  # fmt: skip
 def test_glue_tsv_with_a_huge_cell_is_refused_naming_file_and_line(scratch):
+    # was: _csv.Error (not a ValueError: the CLI printed a traceback)
     check_glue_tsv(scratch, ("rte", True, RTE_HEADER + b"0\tok\t" + b"x" * 200_000 + b"\tentailment\n"))
+    with pytest.raises(InputError, match=r"task.tsv:2: field larger than field limit"):
+        read_tsv(scratch / "task.tsv", TASKS["rte"])
 
 
 CUSTOM = {"name": "x", "text_a": "a", "text_b": None, "label": "l", "labels": ["0", "1"], "metrics": ["accuracy"],
           "main_metric": "accuracy", "epochs": 3}  # fmt: skip
 
 
-@_glue_bug("electra/glue/tasks.py load_custom_task: set(labels) on a list holding a list raises TypeError "
-           "(unhashable); should be InputError(f'{path}:1: labels must be ... strings')", TypeError)  # fmt: skip
 def test_custom_task_with_unhashable_labels_is_refused(scratch):
-    check_task_json(scratch, json.dumps({**CUSTOM, "labels": [["0"], ["1"]]}).encode())
+    check_task_json(scratch, json.dumps({**CUSTOM, "labels": [["0"], ["1"]]}).encode())  # was: TypeError
 
 
-@_glue_bug("electra/glue/tasks.py load_custom_task: set(metrics) on a list holding a list raises TypeError",
-           TypeError)  # fmt: skip
 def test_custom_task_with_unhashable_metrics_is_refused(scratch):
-    check_task_json(scratch, json.dumps({**CUSTOM, "metrics": [["accuracy"]]}).encode())
+    check_task_json(scratch, json.dumps({**CUSTOM, "metrics": [["accuracy"]]}).encode())  # was: TypeError
 
 
-@_glue_bug("electra/glue/tasks.py load_custom_task: path.read_text() raises UnicodeDecodeError outside the "
-           "try, without the file; should be InputError(f'{path}:1: not valid UTF-8')", AssertionError)  # fmt: skip
 def test_custom_task_with_invalid_utf8_is_refused(scratch):
-    check_task_json(scratch, b'{"name": "\xff"}')
+    check_task_json(scratch, b'{"name": "\xff"}')  # was: UnicodeDecodeError from read_text, without the file
 
 
-@_glue_bug("electra/glue/tasks.py load_custom_task: json.loads of deeply nested arrays raises RecursionError; "
-           "catch it beside JSONDecodeError", RecursionError)  # fmt: skip
 def test_custom_task_nested_too_deeply_is_refused(scratch):
-    check_task_json(scratch, b"[" * 100_000)
+    check_task_json(scratch, b"[" * 100_000)  # was: RecursionError
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="electra/glue/tasks.py load_custom_task: labels [1, '1'] pass the distinctness "
-    "check before str() makes them equal: a task with two labels called '1' loads (silently wrong)",
-)
 def test_custom_task_labels_equal_as_strings_are_refused(scratch):
+    """[1, "1"] passed the distinctness check before str() made them equal: a task with two labels called "1"."""
     folder = scratch / "dup"
     folder.mkdir(exist_ok=True)
     (folder / "task.json").write_text(json.dumps({**CUSTOM, "labels": [1, "1"]}))
-    with pytest.raises(ValueError, match="labels must be"):
+    with pytest.raises(InputError, match="labels must be"):
         load_custom_task(folder)
 
 

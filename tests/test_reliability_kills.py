@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from electra.faults import ENV
 from electra.glue.sweep import SweepSpec, run_sweep
 from electra.pretraining import pretrain
 from tests.glue_fixtures import make_run, write_glue
-from tests.reliability_helpers import KILLED, ROOT, assert_same_state, die_at, metric_rows
+from tests.helpers import KILLED, assert_same_state, die_at, metric_rows, run_cli, start_cli
 
 # log windows (2) straddle checkpoints (3): a resumed run must restore the open window to log the same lines
 TINY = ["train.batch_size=4", "train.max_steps=12", "train.save_every=3", "train.eval_every=4", "train.log_every=2",
@@ -145,22 +144,14 @@ def test_glue_sweep_killed_keeps_finished_runs_and_redoes_the_rest(glue_world, t
 # -- storms: the real CLI, 20 kills each (make test-slow) ------------------------------------------------------
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "electra.cli", *args]
-
-
-ENV_BASE = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-
-
-def _storm(command: list[str], moments: list[tuple[str, object]], started, timeout: float = 300,
+def _storm(args: list[str], moments: list[tuple[str, object]], started, timeout: float = 300,
            progress=lambda: "") -> list[str]:  # fmt: skip
-    """Run `command` once per moment, killed there: ("failpoint", "NAME@COUNT") arms ELECTRA_FAILPOINT; ("timed",
+    """Run `electra ARGS` once per moment, killed there: ("failpoint", "NAME@COUNT") arms ELECTRA_FAILPOINT; ("timed",
     seconds) sends SIGKILL that long after `started(pid)` says the run is underway. Returns what happened to each
     session (each must have been killed by SIGKILL), with `progress()` after it; printed with -s."""
     outcomes = []
     for kind, value in moments:
-        env = {**ENV_BASE, ENV: value} if kind == "failpoint" else ENV_BASE
-        proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = start_cli(*args, env={ENV: value} if kind == "failpoint" else None, stderr=subprocess.PIPE)
         if kind == "timed":
             deadline = time.time() + timeout
             while proc.poll() is None and not started(proc.pid) and time.time() < deadline:
@@ -211,9 +202,9 @@ def storm_schedule(seed: int, failpoints: list[str], n: int = 20, max_delay: flo
 @pytest.mark.slow
 def test_pretraining_kill_storm_20_kills_bit_identical(tmp_path):
     straight, run = tmp_path / "straight", tmp_path / "stormed"
-    subprocess.run(_cli(*PRETRAIN_ARGS, "--out", str(straight)), check=True, env=ENV_BASE, capture_output=True)
+    run_cli(*PRETRAIN_ARGS, "--out", str(straight), check=True)
     moments = storm_schedule(20240611, PRETRAIN_FAILPOINTS)
-    args = _cli(*PRETRAIN_ARGS, "--out", str(run), "--resume", "auto")
+    args = [*PRETRAIN_ARGS, "--out", str(run), "--resume", "auto"]
 
     def progress() -> str:
         ckpts = list_checkpoints(run)
@@ -221,7 +212,7 @@ def test_pretraining_kill_storm_20_kills_bit_identical(tmp_path):
 
     outcomes = _storm(args, moments, _holds_lock(run), progress=progress)
     assert len(outcomes) == 20
-    subprocess.run(args, check=True, env=ENV_BASE, capture_output=True)
+    run_cli(*args, check=True)
     assert metric_rows(run) == metric_rows(straight)
     assert assert_same_state(run, straight) > 0
 
@@ -230,13 +221,12 @@ def test_pretraining_kill_storm_20_kills_bit_identical(tmp_path):
 def test_data_prepare_kill_storm(tokenizer, tmp_path):
     text = write_synthetic_text(tmp_path / "corpus.txt", 3, 20000)  # 15 MB: eight batches of tokens, ~3 s
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tokenizer)]
-    subprocess.run(_cli(*args, "--out", str(tmp_path / "straight"), str(text)), check=True, env=ENV_BASE,
-                   capture_output=True)  # fmt: skip
+    run_cli(*args, "--out", str(tmp_path / "straight"), str(text), check=True)
     out = tmp_path / "out"
     old = write_synthetic_text(tmp_path / "old.txt", 4, 20)
-    subprocess.run(_cli(*args, "--out", str(out), str(old)), check=True, env=ENV_BASE, capture_output=True)
+    run_cli(*args, "--out", str(out), str(old), check=True)
     moments = storm_schedule(7, ["prepare.write@1", "prepare.write@3", "prepare.commit@1"], n=10, max_delay=1.5)
-    command = _cli(*args, "--overwrite", "--out", str(out), str(text))
+    command = [*args, "--overwrite", "--out", str(out), str(text)]
 
     def state() -> str:  # after each kill: the old folder, or none (between the renames), never a partial one
         if not out.exists():
@@ -247,7 +237,7 @@ def test_data_prepare_kill_storm(tokenizer, tmp_path):
         return "the old folder, intact" if sources == [str(old)] else "the complete new folder"
 
     assert len(_storm(command, moments, _holds_lock(out), progress=state)) == 10
-    subprocess.run(command, check=True, env=ENV_BASE, capture_output=True)
+    run_cli(*command, check=True)
     for name in PREPARED_FILES:
         assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes(), name
     assert sorted(p.name for p in tmp_path.glob(".out*")) == []
@@ -261,9 +251,9 @@ def test_glue_sweep_kill_storm(glue_world, tmp_path):
     straight = run_sweep(_sweep(glue_world, tmp_path / "straight", seeds=seeds,
                                 finetune=FinetuneConfig(max_steps=8, batch_size=4)))  # fmt: skip
     out = tmp_path / "stormed"
-    args = _cli("glue", "--model", str(glue_world["run"]), "--glue-dir", str(glue_world["glue"]), "--tasks",
+    args = ["glue", "--model", str(glue_world["run"]), "--glue-dir", str(glue_world["glue"]), "--tasks",
                 "rte,wnli", "--seeds", "6", "--max-steps", "8", "--batch-size", "4", "--out", str(out),
-                "--no-progress")  # fmt: skip
+                "--no-progress"]  # fmt: skip
     failpoints = ["write_atomic:result.json@1", "write_atomic:result.json@2", "write_atomic:results.json@1",
                   "write_atomic:sweep.json@1", "write_atomic:results.md@1"]  # fmt: skip
 
@@ -280,6 +270,6 @@ def test_glue_sweep_kill_storm(glue_world, tmp_path):
         return f"{len(list(out.glob('runs/*/*/result.json')))} of 12 runs finished"
 
     assert len(_storm(args, storm_schedule(99, failpoints, n=10, max_delay=0.5), started, progress=progress)) == 10
-    subprocess.run(args, check=True, env=ENV_BASE, capture_output=True)
+    run_cli(*args, check=True)
     assert json.loads((out / "results.json").read_text()) == straight.results
     assert (out / "results.json").read_bytes() == (tmp_path / "straight" / "results.json").read_bytes()

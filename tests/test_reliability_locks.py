@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from electra.cli import main
 from electra.config import load_config
 from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
 from electra.errors import FolderInUseError
 from electra.files import FolderLock, folder_lock
 from electra.pretraining import pretrain
+from tests.helpers import cli_main
 
 
 def _lock_file(folder: Path) -> Path:
@@ -106,7 +106,7 @@ def test_a_second_pretrain_on_a_live_run_folder_is_refused(tmp_path, capsys):
         assert proc.is_alive() and time.time() < deadline
         time.sleep(0.01)
     args = ["pretrain", "--config", "tiny", "--out", str(run), "--resume", "auto", "--max-steps", "2"]
-    assert main(args) == 2
+    assert cli_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"electra pretrain: error: {run}: in use by another pretraining run (pid {proc.pid} on "
                        f"{socket.gethostname()}, since {err[-1].split('since ')[1]}")  # fmt: skip
@@ -131,7 +131,7 @@ def test_a_second_data_prepare_on_a_live_output_is_refused(tokenizer, tmp_path, 
         import electra.data.prepare as prepare_module
 
         prepare_module._encode_batch = lambda lines: time.sleep(600)
-        main(args)
+        cli_main(args)
 
     proc = multiprocessing.get_context("fork").Process(target=slow_prepare)
     proc.start()
@@ -139,9 +139,9 @@ def test_a_second_data_prepare_on_a_live_output_is_refused(tokenizer, tmp_path, 
     while not list(tmp_path.glob(".out.tmp-*")):
         assert proc.is_alive() and time.time() < deadline
         time.sleep(0.01)
-    assert main(args) == 2
+    assert cli_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"electra data: error: {out}: in use by another data prepare (pid {proc.pid} on ")
     _kill(proc)  # dies mid-run: its temporary folder stays behind, its lock does not
-    assert main(args) == 0
+    assert cli_main(args) == 0
     assert (out / "metadata.json").exists() and sorted(p.name for p in tmp_path.glob(".out*")) == []

@@ -3,11 +3,8 @@ writes, the report's numbers against `electra flops` and the runs' own metrics, 
 and parallel pretraining equal to sequential."""
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,8 +19,8 @@ from electra.flops import flops_report, off_train_flops
 from electra.report import write_report
 from electra.results import gate, read_pretrain_run
 from electra.study import StudySpec, grid, run_study, start
+from tests.helpers import run_cli, start_cli
 
-ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = ["train.batch_size=8", "train.log_every=4", "train.eval_every=8", "train.eval_batches=2",
             "train.save_every=4", "train.warmup_steps=2"]  # fmt: skip
 
@@ -80,6 +77,7 @@ def test_a_flops_budget_gives_each_setting_the_steps_it_pays_for(tmp_path, tasks
         start(spec(tmp_path / "s", tasks, budget="steps=3"))
 
 
+@pytest.mark.slow  # the `study` fixture: a whole toy study, pretraining and fine-tuning three settings
 def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sources(study):
     meta = json.loads((study / "study.json").read_text())
     assert [s["name"] for s in meta["settings"]] == ["kind=electra", "kind=mlm", "kind=none"]
@@ -108,6 +106,7 @@ def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sourc
     assert "| kind=none | none (random initialisation) | not pretrained |" in report
 
 
+@pytest.mark.slow
 def test_a_dynamics_figure_is_drawn_from_the_runs_metrics(study, tmp_path):
     run = study / "runs" / "kind=electra" / "pretrain"
     first = write_report([run], tmp_path / "a") / "dynamics-pretrain.png"
@@ -125,6 +124,7 @@ def test_a_dynamics_figure_is_drawn_from_the_runs_metrics(study, tmp_path):
     assert first.read_bytes() != second.read_bytes()  # ... and it moves with the metrics
 
 
+@pytest.mark.slow
 def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
     run = read_pretrain_run(study / "runs" / "kind=electra" / "pretrain")
     run.evals[-1].update(eval_masked_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75,
@@ -149,11 +149,10 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path):
     setting's weights and GLUE results equal the uninterrupted study's."""
     out = tmp_path / "s"
     s = spec(out, tasks)
-    args = [sys.executable, "-m", "electra.cli", "study", "--out", str(out), "--base", "tiny",
-            "--vary", s.vary[0], "--budget", s.budget, "--tasks", tasks, "--seeds", "1",
-            "--finetune-set", s.finetune_overrides[0], *[a for o in PRETRAIN for a in ("--set", o)]]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = ["study", "--out", str(out), "--base", "tiny", "--vary", s.vary[0], "--budget", s.budget, "--tasks", tasks,
+            "--seeds", "1", "--finetune-set", s.finetune_overrides[0],
+            *[a for o in PRETRAIN for a in ("--set", o)]]  # fmt: skip
+    proc = start_cli(*args)
     first = out / "runs" / "kind=electra" / "pretrain" / "run.json"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -163,7 +162,7 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (out / "report").exists()  # it really was stopped midway
-    subprocess.run(args, env=env, check=True, capture_output=True)
+    run_cli(*args, check=True)
     for name in ("kind=electra", "kind=mlm"):
         a = load_file(list_checkpoints(study / "runs" / name / "pretrain")[-1] / "model.safetensors")
         b = load_file(list_checkpoints(out / "runs" / name / "pretrain")[-1] / "model.safetensors")
@@ -195,3 +194,22 @@ def test_a_second_study_on_a_folder_in_use_is_refused(tmp_path, tasks):
         with pytest.raises(FolderInUseError, match=f"{out}: in use by another study"):
             run_study(spec(out, tasks))
     assert not (out / "study.json").exists()  # refused before it wrote anything
+
+
+@pytest.mark.slow  # the `study` fixture
+def test_a_run_and_its_glue_folder_make_one_entry_of_the_report(study, tmp_path):
+    """`electra report RUN GLUE`: the sweep's sweep.json names the run, so the two are one model in the report;
+    given alone, a GLUE folder brings its run along; a step-0 run is the random-initialisation baseline."""
+    from electra.results import collect
+
+    run, glue = study / "runs" / "kind=electra" / "pretrain", study / "runs" / "kind=electra" / "glue"
+    entries, _ = collect([run, glue])
+    assert len(entries) == 1 and entries[0].glue == json.loads((glue / "results.json").read_text())
+    (alone,) = collect([glue])[0]
+    assert alone.pretrain is not None and alone.pretrain.path.resolve() == run.resolve() and not alone.baseline
+    (none,) = collect([study / "runs" / "kind=none" / "glue"])[0]
+    assert none.baseline and none.kind == "none (random initialisation)" and none.judge().learned is None
+    report = (
+        write_report([run, glue, study / "runs" / "kind=none" / "glue"], tmp_path / "r") / "report.md"
+    ).read_text()
+    assert "| pretrain | electra |" in report and "| glue | none (random initialisation) | not pretrained |" in report

@@ -9,8 +9,8 @@ import tarfile
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from electra.cli import main
 from electra.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, tokenizer_info, train_tokenizer
+from tests.helpers import cli_main
 
 TEXT = """The quick brown fox jumps over the lazy dog. Æsop's fables, 1867 edition!
 Naïve café owners in Zürich serve crème brûlée; 東京 has 13,960,000 people.
@@ -72,8 +72,8 @@ def test_wordpiece_is_uncased_and_bpe_is_cased(trained):
 
 def test_cli_trains_and_writes_tokenizer_json(corpus, tmp_path, capsys):
     out = tmp_path / "cli_tok"
-    assert main(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "350", "--quiet",
-                 "--out", str(out), str(corpus / "a.txt")]) == 0  # fmt: skip
+    assert cli_main(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "350", "--quiet",
+                     "--out", str(out), str(corpus / "a.txt")]) == 0  # fmt: skip
     assert (out / "tokenizer.json").exists()
     assert "tokenizer.json" in capsys.readouterr().out
     assert tokenizer_info(out).vocab_size <= 350
@@ -92,10 +92,10 @@ def test_cli_rejects_bad_input_with_one_line(corpus, tmp_path, capsys, args, mes
     inputs = [] if any(a.endswith(".txt") for a in args) else [str(corpus / "a.txt")]
     if message is None:
         with pytest.raises(SystemExit) as exc:
-            main(base + args + inputs)
+            cli_main(base + args + inputs)
         assert exc.value.code == 2
         return
-    assert main(base + args + inputs) == 2
+    assert cli_main(base + args + inputs) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not (tmp_path / "t" / "tokenizer.json").exists()
@@ -125,8 +125,8 @@ def test_archive_and_parquet_routes_feed_the_trainer_the_same_text(tmp_path):
     tokenizers = {}
     for name in ("docs.txt", "owt.tar.xz", "docs.parquet"):
         out = tmp_path / f"tok_{name}"
-        assert main(["tokenizer", "train", "--vocab-size", "350", "--quiet", "--out", str(out),
-                     str(tmp_path / name)]) == 0  # fmt: skip
+        assert cli_main(["tokenizer", "train", "--vocab-size", "350", "--quiet", "--out", str(out),
+                         str(tmp_path / name)]) == 0  # fmt: skip
         tokenizers[name] = (out / "tokenizer.json").read_text()
     assert tokenizers["owt.tar.xz"] == tokenizers["docs.txt"] == tokenizers["docs.parquet"]
     assert len(json.loads(tokenizers["docs.txt"])["model"]["vocab"]) == 350

@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,10 +15,12 @@ import numpy as np
 import pytest
 
 from electra.checkpoint import read_config
-from electra.cli import main
 from electra.config import FinetuneConfig, to_dict
 from electra.monitor import open_loggers, write_metrics
 from tests.glue_fixtures import make_run, write_glue
+from tests.helpers import cli_main, run_python
+
+pytestmark = pytest.mark.slow  # W&B's service process, and its reader in a child (`python -m wandb`)
 
 
 @pytest.fixture
@@ -65,8 +65,7 @@ def wandb_runs(folder: Path) -> list[dict]:
     logged rows}."""
     runs = []
     for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
-        out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)],
-                             capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+        out = run_python("-m", "wandb", "leet", "inspect", "--json", str(path), timeout=120, check=True).stdout
         records = [json.loads(line) for line in out.splitlines() if line.strip()]
         run = next(r["run"] for r in records if r["type"] == "run")
         runs.append({"run": run, "history": [r["history"]["item"] for r in records if r["type"] == "history"]})
@@ -87,7 +86,7 @@ def test_pretrain_logs_metrics_jsonl_to_tensorboard_and_wandb(tmp_path, wandb_of
     args = ["pretrain", "--config", "tiny", "--out", str(run), "--max-steps", "30", "--log-every", "10",
             "--eval-every", "15", "--save-every", "30", "--batch-size", "8", "--set", "train.eval_batches=1",
             "--device", "cpu", "--tensorboard", "--wandb"]  # fmt: skip
-    assert main(args) == 0
+    assert cli_main(args) == 0
     expected = jsonl_values(run / "metrics.jsonl")
     steps = {key: [s for s, _ in pairs] for key, pairs in expected.items()}
     assert steps["mlm_loss"] == [10, 20, 30] and steps["eval_disc_auc"] == [15, 30]
@@ -125,7 +124,7 @@ def test_glue_logs_each_run_to_its_own_tracker_run(tmp_path, wandb_offline, caps
     args = ["glue", "--model", str(model), "--glue-dir", str(glue), "--tasks", "rte,wnli", "--seeds", "2",
             "--out", str(out), "--no-progress", "--batch-size", "4", "--max-steps", "25",
             "--tensorboard", "--wandb"]  # fmt: skip
-    assert main(args) == 0
+    assert cli_main(args) == 0
     cfg = dataclasses.asdict(FinetuneConfig(batch_size=4, max_steps=25))
     runs = {wb["run"]["display_name"]: wb for wb in wandb_runs(out)}
     assert sorted(runs) == ["rte-seed0", "rte-seed1", "wnli-seed0", "wnli-seed1"]

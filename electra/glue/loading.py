@@ -3,9 +3,10 @@
 the local datasets cache when offline). Where each layout lives: electra/glue/tasks.py.
 
 All give the same examples and label ids. TSVs are read with quoting disabled (some rows hold stray quote
-characters) and a UTF-8 BOM is tolerated (MRPC starts with one). Any malformed row is an error naming the file
-and line: a silently skipped row changes the dev set and makes scores incomparable. Hub-schema label ids are
-taken only after the ClassLabel names are checked against the task's.
+characters) and a UTF-8 BOM is tolerated (MRPC starts with one). Any malformed row (bad UTF-8, a wrong width, an
+unknown label, a cell over csv's size limit) is an InputError naming the file and line: a silently skipped row
+changes the dev set and makes scores incomparable. Hub-schema label ids are taken only after the ClassLabel names
+are checked against the task's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from electra.errors import InputError
 from electra.glue.tasks import HUB_DATASET, Split, Task, TaskSpec, parquet_files
 
 INDEX_COLUMNS = ("index", "id")  # the test files' row ids (QQP calls it id); submissions echo them
@@ -82,39 +84,60 @@ def read_tsv(path: Path, task: Task, labelled: bool = True) -> list[Example]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (task {task.name})")
     # utf-8-sig drops MRPC's byte-order mark; newline="" lets csv see each row's own line ending.
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        # CoLA's train/dev files have no header row; its test file has one (`index sentence`).
-        if task.headerless and labelled:
-            header = list(task.headerless)
-        else:
-            header = next(reader, None)
-            if header is None:
-                raise ValueError(f"{path}:1: empty file (task {task.name})")
-        col = {name: i for i, name in enumerate(header)}
-        needed = [task.text_a] + ([task.text_b] if task.text_b else []) + ([task.label] if labelled else [])
-        for name in needed:
-            if name not in col:
-                raise ValueError(f"{path}:1: no column {name!r} in the header {header} (task {task.name})")
-        index_col = next((col[c] for c in INDEX_COLUMNS if c in col), None)
-        examples = []
-        for row in reader:
-            line = reader.line_num
-            if row == [] or row == [""]:
-                continue  # a blank line (e.g. at the end of a file)
-            if len(row) != len(header):
-                raise ValueError(f"{path}:{line}: {len(row)} columns, expected {len(header)} (task {task.name})")
-            text_a = row[col[task.text_a]]
-            text_b = row[col[task.text_b]] if task.text_b else None
-            for name, text in ((task.text_a, text_a), (task.text_b, text_b)):
-                if text is not None and not text.strip():
-                    raise ValueError(f"{path}:{line}: empty text in column {name!r} (task {task.name})")
-            label = parse_label(row[col[task.label]], task, f"{path}:{line}") if labelled else None
-            index = row[index_col] if index_col is not None else str(len(examples))
-            examples.append(Example(text_a, text_b, label, index))
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            return _tsv_examples(reader, path, task, labelled)
+    except UnicodeDecodeError:  # raised a buffer ahead of the row csv is on: find the line in the bytes
+        line, byte = _first_invalid_utf8(path.read_bytes())
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte {byte:#04x}; task {task.name})") from None
+    except csv.Error as err:  # a cell over csv.field_size_limit(), a NUL byte before Python 3.11
+        raise InputError(f"{path}:{reader.line_num}: {err} (task {task.name})") from None
+
+
+def _tsv_examples(reader, path: Path, task: Task, labelled: bool) -> list[Example]:
+    # CoLA's train/dev files have no header row; its test file has one (`index sentence`).
+    if task.headerless and labelled:
+        header = list(task.headerless)
+    else:
+        header = next(reader, None)
+        if header is None:
+            raise InputError(f"{path}:1: empty file (task {task.name})")
+    col = {name: i for i, name in enumerate(header)}
+    needed = [task.text_a] + ([task.text_b] if task.text_b else []) + ([task.label] if labelled else [])
+    for name in needed:
+        if name not in col:
+            raise InputError(f"{path}:1: no column {name!r} in the header {header} (task {task.name})")
+    index_col = next((col[c] for c in INDEX_COLUMNS if c in col), None)
+    examples = []
+    for row in reader:
+        line = reader.line_num
+        if row == [] or row == [""]:
+            continue  # a blank line (e.g. at the end of a file)
+        if len(row) != len(header):
+            raise InputError(f"{path}:{line}: {len(row)} columns, expected {len(header)} (task {task.name})")
+        text_a = row[col[task.text_a]]
+        text_b = row[col[task.text_b]] if task.text_b else None
+        for name, text in ((task.text_a, text_a), (task.text_b, text_b)):
+            if text is not None and not text.strip():
+                raise InputError(f"{path}:{line}: empty text in column {name!r} (task {task.name})")
+        label = parse_label(row[col[task.label]], task, f"{path}:{line}") if labelled else None
+        index = row[index_col] if index_col is not None else str(len(examples))
+        examples.append(Example(text_a, text_b, label, index))
     if not examples:
-        raise ValueError(f"{path}:{reader.line_num}: no examples in this file (task {task.name})")
+        raise InputError(f"{path}:{reader.line_num}: no examples in this file (task {task.name})")
     return examples
+
+
+def _first_invalid_utf8(data: bytes) -> tuple[int, int]:
+    """(line, byte value) of the first byte of `data` that is not UTF-8, lines counted as csv counts them in a
+    file opened with newline="" (LF, CRLF and a lone CR each end one)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = data[: err.start]
+        return before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1, data[err.start]
+    raise AssertionError("the file decoded this time")  # changed between the two reads
 
 
 def parse_label(value: str, task: Task, where: str) -> int | float:
@@ -124,12 +147,12 @@ def parse_label(value: str, task: Task, where: str) -> int | float:
         except ValueError:
             score = math.nan
         if not math.isfinite(score):
-            raise ValueError(f"{where}: label {value!r} is not a number (task {task.name})")
+            raise InputError(f"{where}: label {value!r} is not a number (task {task.name})")
         return score
     try:
         return task.labels.index(value.strip())
     except ValueError:
-        raise ValueError(f"{where}: label {value!r} is not one of {list(task.labels)} (task {task.name})") from None
+        raise InputError(f"{where}: label {value!r} is not one of {list(task.labels)} (task {task.name})") from None
 
 
 # -- the nyu-mll/glue schema: datasets folders, Parquet files, the hub --------------------------------------------
@@ -168,13 +191,13 @@ def _hub_schema_splits(spec: TaskSpec):
         try:
             loaded = datasets.load_from_disk(str(root))
         except Exception as err:  # a damaged folder: datasets raises a variety of errors
-            raise ValueError(f"{root}: not a readable `datasets` folder ({_one_line(err)})") from None
+            raise InputError(f"{root}: not a readable `datasets` folder ({_one_line(err)})") from None
         where = str(root)
     else:
         try:
             loaded = datasets.load_dataset(HUB_DATASET, task.hub_config)
         except Exception as err:  # offline and not cached, no network, ...
-            raise ValueError(
+            raise InputError(
                 f"{HUB_DATASET} ({task.hub_config}): not in the local datasets cache, and the hub is not reachable "
                 f"({_one_line(err)}); pass a GLUE folder with --glue-dir"
             ) from None
@@ -184,7 +207,7 @@ def _hub_schema_splits(spec: TaskSpec):
         if name not in loaded:
             if optional:
                 return None
-            raise ValueError(f"{where}: no split {name!r} (splits: {', '.join(loaded)}; task {task.name})")
+            raise InputError(f"{where}: no split {name!r} (splits: {', '.join(loaded)}; task {task.name})")
         return HubSplit(f"{where} {name}", dict(loaded[name].features), loaded[name])
 
     return split
@@ -199,7 +222,7 @@ def read_parquet_split(files: list[Path], where: str) -> HubSplit:
     try:
         table = pa.concat_tables([pq.read_table(f) for f in files])
     except (pa.ArrowException, OSError) as err:
-        raise ValueError(f"{files[0]}: not a readable Parquet file ({type(err).__name__}: {err})") from None
+        raise InputError(f"{files[0]}: not a readable Parquet file ({type(err).__name__}: {err})") from None
     return HubSplit(where, dict(datasets.Features.from_arrow_schema(table.schema)), table.to_pylist())
 
 
@@ -214,16 +237,16 @@ def examples_from_hub(task: Task, split, labelled: bool = True) -> list[Example]
     for name in (field_a, field_b, "label" if labelled else None):
         if name is not None and name not in split.features:
             fields = ", ".join(split.features)
-            raise ValueError(f"{split.where}: no field {name!r} (fields: {fields}; task {task.name})")
+            raise InputError(f"{split.where}: no field {name!r} (fields: {fields}; task {task.name})")
     if task.hub_labels is not None and "label" in split.features:
         names = tuple(getattr(split.features["label"], "names", ()))
         if names != task.hub_labels:
-            raise ValueError(f"{split.where}: label names {names}, expected {task.hub_labels} (task {task.name})")
+            raise InputError(f"{split.where}: label names {names}, expected {task.hub_labels} (task {task.name})")
     examples = []
     for i, row in enumerate(split.rows):
         for name in (field_a, field_b):
             if name is not None and not str(row[name]).strip():
-                raise ValueError(f"{split.where} row {i}: empty text in field {name!r}")
+                raise InputError(f"{split.where} row {i}: empty text in field {name!r}")
         label = row.get("label")
         if not labelled or label is None or label == -1:  # test rows carry label -1
             label = None

@@ -22,9 +22,12 @@ HF_HUB_OFFLINE=1: from the local datasets cache).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+
+from electra.errors import InputError
 
 METRICS = ("mcc", "accuracy", "f1", "pearson", "spearman")
 
@@ -173,41 +176,66 @@ class TaskSpec:
 def load_custom_task(folder: Path) -> Task:
     """A task described by `folder/task.json` (train.tsv, dev.tsv and optionally test.tsv beside it)."""
     path = folder / "task.json"
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON: {err.msg}") from err
+    raw = _read_json(path)
     required = {"name", "text_a", "text_b", "label", "labels", "metrics", "main_metric", "epochs"}
     if not isinstance(raw, dict) or required - raw.keys():
-        raise ValueError(f"{path}:1: task.json needs the keys {sorted(required)}")
+        raise InputError(f"{path}:1: task.json needs the keys {sorted(required)}")
     if raw.keys() - required - CUSTOM_OPTIONS:
-        raise ValueError(f"{path}:1: unknown keys {sorted(raw.keys() - required - CUSTOM_OPTIONS)}")
+        raise InputError(f"{path}:1: unknown keys {sorted(raw.keys() - required - CUSTOM_OPTIONS)}")
     name = raw["name"]
     if not isinstance(name, str) or not name or name in TASKS or any(c in name for c in "/\\ \t"):
-        raise ValueError(f"{path}:1: name {name!r} must be a plain name, not a GLUE task name")
+        raise InputError(f"{path}:1: name {name!r} must be a plain name, not a GLUE task name")
+    for key in ("text_a", "label"):
+        if not isinstance(raw[key], str) or not raw[key]:
+            raise InputError(f"{path}:1: {key} must name a column, got {raw[key]!r}")
+    if raw["text_b"] is not None and (not isinstance(raw["text_b"], str) or not raw["text_b"]):
+        raise InputError(f"{path}:1: text_b must name a column, or be null (single sentences)")
     labels = raw["labels"]
-    if labels is not None and (not isinstance(labels, list) or len(labels) < 2 or len(set(labels)) != len(labels)):
-        raise ValueError(f"{path}:1: labels must be null (regression) or a list of at least 2 distinct strings")
+    names = None if labels is None else _label_names(labels)
+    if labels is not None and names is None:
+        raise InputError(f"{path}:1: labels must be null (regression) or a list of at least 2 distinct strings")
     metrics = raw["metrics"]
-    if not isinstance(metrics, list) or not metrics or set(metrics) - set(METRICS):
-        raise ValueError(f"{path}:1: metrics must be a non-empty list drawn from {list(METRICS)}")
+    if not isinstance(metrics, list) or not metrics or not all(m in METRICS for m in metrics):
+        raise InputError(f"{path}:1: metrics must be a non-empty list drawn from {list(METRICS)}")
     regression_only, classification_only = {"pearson", "spearman"}, {"mcc", "accuracy", "f1"}
     if set(metrics) & (classification_only if labels is None else regression_only):
         kind = "regression" if labels is None else "classification"
-        raise ValueError(f"{path}:1: metrics {metrics} do not fit a {kind} task")
+        raise InputError(f"{path}:1: metrics {metrics} do not fit a {kind} task")
     if "f1" in metrics and labels is not None and len(labels) != 2:
-        raise ValueError(f"{path}:1: f1 needs exactly two labels (the second is the positive class)")
+        raise InputError(f"{path}:1: f1 needs exactly two labels (the second is the positive class)")
     if raw["main_metric"] not in metrics:
-        raise ValueError(f"{path}:1: main_metric {raw['main_metric']!r} is not one of metrics {metrics}")
-    if not isinstance(raw["epochs"], int) or raw["epochs"] < 1:
-        raise ValueError(f"{path}:1: epochs must be a positive integer")
+        raise InputError(f"{path}:1: main_metric {raw['main_metric']!r} is not one of metrics {metrics}")
+    if not isinstance(raw["epochs"], int) or isinstance(raw["epochs"], bool) or raw["epochs"] < 1:
+        raise InputError(f"{path}:1: epochs must be a positive integer")
     test = (Split("test.tsv", "test"),) if (folder / "test.tsv").exists() else ()
     return Task(
         name=name, folder=str(folder), text_a=raw["text_a"], text_b=raw["text_b"], label=raw["label"],
-        labels=None if labels is None else tuple(str(x) for x in labels), metrics=tuple(metrics),
-        main_metric=raw["main_metric"], epochs=raw["epochs"], test=test, glue=False,
-        **_custom_options(raw, path),
+        labels=names, metrics=tuple(metrics), main_metric=raw["main_metric"], epochs=raw["epochs"], test=test,
+        glue=False, **_custom_options(raw, path),
     )  # fmt: skip
+
+
+def _label_names(labels) -> tuple[str, ...] | None:
+    """The label strings of task.json's `labels` (numbers as their str(): 1 -> "1"); None unless it is a list of at
+    least 2 strings or numbers, distinct as strings ([1, "1"] would be two labels called "1")."""
+    if not isinstance(labels, list) or not all(isinstance(x, (str, int, float)) for x in labels):
+        return None
+    names = tuple(str(x) for x in labels)
+    return names if len(names) >= 2 and len(set(names)) == len(names) else None
+
+
+def _read_json(path: Path):
+    """The JSON value in `path`; anything that is not UTF-8 JSON is an InputError naming the file and line."""
+    data = path.read_bytes()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte {data[err.start]:#04x})") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}:{err.lineno}: not valid JSON: {err.msg}") from None
+    except (ValueError, RecursionError) as err:  # a 5000-digit number, deep nesting
+        raise InputError(f"{path}:1: not valid JSON ({type(err).__name__}: {err})") from None
 
 
 CUSTOM_OPTIONS = {"unordered", "target_scale", "prediction_range"}
@@ -218,24 +246,24 @@ def _custom_options(raw: dict, path: Path) -> dict:
     """The optional task.json keys, checked: unordered (pair tasks), target_scale and prediction_range (regression)."""
     options = {k: raw[k] for k in CUSTOM_OPTIONS if k in raw}
     if not isinstance(options.get("unordered", False), bool):
-        raise ValueError(f"{path}:1: unordered must be true or false")
+        raise InputError(f"{path}:1: unordered must be true or false")
     if options.get("unordered") and raw["text_b"] is None:
-        raise ValueError(f"{path}:1: unordered needs a pair task (text_b names a column)")
+        raise InputError(f"{path}:1: unordered needs a pair task (text_b names a column)")
     if raw["labels"] is not None and options.keys() & {"target_scale", "prediction_range"}:
-        raise ValueError(f"{path}:1: target_scale and prediction_range are for regression tasks (labels: null)")
+        raise InputError(f"{path}:1: target_scale and prediction_range are for regression tasks (labels: null)")
 
     def number(x) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
 
     scale = options.get("target_scale", 1.0)
-    if not number(scale) or scale <= 0:
-        raise ValueError(f"{path}:1: target_scale must be a positive number, got {scale!r}")
+    if not number(scale) or not 0 < scale < math.inf:  # NaN and inf would silently zero every target
+        raise InputError(f"{path}:1: target_scale must be a positive number, got {scale!r}")
     if "target_scale" in options:
         options["target_scale"] = float(scale)
     bounds = options.get("prediction_range")
     if bounds is not None:
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(map(number, bounds)) and bounds[0] < bounds[1]):
-            raise ValueError(f"{path}:1: prediction_range must be [low, high] with low < high, got {bounds!r}")
+            raise InputError(f"{path}:1: prediction_range must be [low, high] with low < high, got {bounds!r}")
         options["prediction_range"] = (float(bounds[0]), float(bounds[1]))
     return options
 
@@ -328,10 +356,11 @@ def saved_splits(folder: Path) -> list[str] | None:
     path = folder / "dataset_dict.json"
     if not path.is_file():
         return None
-    try:
-        return list(json.loads(path.read_text())["splits"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}:1: not a `datasets` DatasetDict description ({err})") from None
+    raw = _read_json(path)
+    splits = raw.get("splits") if isinstance(raw, dict) else None
+    if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
+        raise InputError(f"{path}:1: not a `datasets` DatasetDict description (no list of split names 'splits')")
+    return splits
 
 
 def hub_layout(task: Task, folder: Path, strict: bool) -> Layout | None:
