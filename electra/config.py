@@ -233,29 +233,39 @@ def preset_names() -> list[str]:
 
 def load_config(preset_or_path: str | Path | None = None, overrides: list[str] | None = None) -> PretrainConfig:
     """Defaults, then a preset name or YAML file, then `section.key=value` overrides."""
-    cfg = PretrainConfig()
-    if preset_or_path is not None:
-        path = Path(preset_or_path)
-        if not path.suffix and (PRESET_DIR / f"{path}.yaml").exists():
-            path = PRESET_DIR / f"{path}.yaml"
-        if not path.exists():
-            raise ConfigError(f"unknown config {preset_or_path!r}: not a file, and presets are {preset_names()}")
+    cfg = _load(PretrainConfig(), PRESET_DIR, preset_or_path, overrides or [], prefix="", what=("config", "presets"))
+    validate(cfg)
+    return cfg
+
+
+def _load(defaults: Any, folder: Path, name_or_path: str | Path | None, overrides: list[str], prefix: str,
+          what: tuple[str, str]) -> Any:  # fmt: skip
+    """`defaults`, then a named preset of `folder` (`what`: what one is called, and several) or a YAML file, then
+    `key=value` overrides (keys written with `prefix`, e.g. "finetune."), each merged strictly."""
+    cfg = defaults
+    if name_or_path is not None:
+        path = Path(name_or_path)
+        if not path.suffix and (folder / f"{path}.yaml").exists():
+            path = folder / f"{path}.yaml"
+        if not path.is_file():
+            names = sorted(p.stem for p in folder.glob("*.yaml"))
+            raise ConfigError(f"unknown {what[0]} {str(name_or_path)!r}: not a file, and {what[1]} are {names}")
         raw = read_yaml(path) or {}
         if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
-        cfg = merge(cfg, raw, source=str(path))
-    for item in overrides or []:
+            raise ConfigError(f"{path}: expected a mapping, got {type(raw).__name__}")
+        cfg = merge(cfg, raw, source=str(path), prefix=prefix)
+    for item in overrides:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"override {item!r}: expected section.key=value")
+        key = key.strip()
+        if not sep or not key.startswith(prefix):
+            raise ConfigError(f"override {item!r}: expected {f'{prefix}KEY=VALUE' if prefix else 'section.key=value'}")
         nested: dict[str, Any] = {}
         node = nested
-        parts = key.strip().split(".")
+        parts = key.removeprefix(prefix).split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = parse_override_value(item, value)
-        cfg = merge(cfg, nested, source=f"override {item!r}")
-    validate(cfg)
+        cfg = merge(cfg, nested, source=f"override {item!r}", prefix=prefix)
     return cfg
 
 
@@ -536,22 +546,7 @@ def recipe_names() -> list[str]:
 
 def load_finetune_config(recipe: str | Path | None = None, overrides: list[str] | None = None) -> FinetuneConfig:
     """Defaults (OFF), then a recipe name or YAML file, then `finetune.key=value` overrides; validated."""
-    cfg = FinetuneConfig()
-    if recipe is not None:
-        path = Path(recipe)
-        if not path.suffix and (RECIPE_DIR / f"{path}.yaml").exists():
-            path = RECIPE_DIR / f"{path}.yaml"
-        if not path.is_file():
-            raise ConfigError(f"unknown recipe {str(recipe)!r}: not a file, and recipes are {recipe_names()}")
-        raw = read_yaml(path) or {}
-        cfg = merge(cfg, raw, source=str(path), prefix="finetune.")
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().startswith("finetune."):
-            raise ConfigError(f"override {item!r}: expected finetune.KEY=VALUE")
-        name = key.strip().removeprefix("finetune.")
-        parsed = parse_override_value(item, value)
-        cfg = merge(cfg, {name: parsed}, source=f"override {item!r}", prefix="finetune.")
+    cfg = _load(FinetuneConfig(), RECIPE_DIR, recipe, overrides or [], prefix="finetune.", what=("recipe", "recipes"))
     validate_finetune(cfg)
     return cfg
 

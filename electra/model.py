@@ -210,6 +210,15 @@ class Generator(nn.Module):
     def logits(self, h: Tensor, word_table: Tensor) -> Tensor:
         return F.linear(self.generator_predictions(h), word_table, self.lm_head_bias)  # (..., V)
 
+    def at_slots(self, embedded: Tensor, mask: Tensor | None, masked: MaskedBatch, word_table: Tensor):
+        """(B, N, V) logits at the N chosen slots only (OFF gathers them: no B x T x V tensor) and their (B, N)
+        cross-entropy against the original tokens, in fp32."""
+        h = self.electra(embedded, mask)  # (B, T, H)
+        h = h.gather(1, masked.positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, N, H)
+        logits = self.logits(h, word_table)  # (B, N, V)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), masked.targets.flatten(), reduction="none")
+        return logits, ce.view(masked.positions.shape)
+
 
 class Discriminator(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -321,14 +330,12 @@ class ElectraForPretraining(nn.Module):
         """
         obj = self.objective
         mask = attention_bias(attention_mask)
-        B, N = masked.positions.shape
+        N = masked.positions.shape[1]
 
-        # Generator: encode the [MASK]ed input, then the head only at the N chosen slots (OFF gathers them).
-        h = self.generator.electra(self.embeddings(masked.input_ids, token_type_ids), mask)  # (B, T, Hg)
-        h = h.gather(1, masked.positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, N, Hg)
-        gen_logits = self.generator.logits(h, self.embeddings.word_embeddings.weight)  # (B, N, V)
-        ce = F.cross_entropy(gen_logits.float().flatten(0, 1), masked.targets.flatten(), reduction="none")
-        mlm_sum = (ce.view(B, N) * masked.weights).sum()
+        # Generator: encode the [MASK]ed input, then the head only at the N chosen slots.
+        embedded = self.embeddings(masked.input_ids, token_type_ids)
+        gen_logits, ce = self.generator.at_slots(embedded, mask, masked, self.embeddings.word_embeddings.weight)
+        mlm_sum = (ce * masked.weights).sum()
 
         # Sample replacements (no gradient flows back into the generator through them).
         temperature = self.temperature if obj.temperature_start is not None else obj.temperature  # buffer: schedule
@@ -352,9 +359,7 @@ class ElectraForPretraining(nn.Module):
         bce = F.binary_cross_entropy_with_logits(disc_logits.float(), labels, reduction="none")
         disc_sum = (bce * disc_mask).sum()
 
-        stats = self._stats(
-            mlm_sum, ce.view(B, N), gen_logits, sampled, masked, disc_sum, disc_logits, labels, disc_mask
-        )
+        stats = self._stats(mlm_sum, ce, gen_logits, sampled, masked, disc_sum, disc_logits, labels, disc_mask)
         mlm_norm = stats["mlm_count"].clamp(min=1) if mlm_norm is None else mlm_norm
         disc_norm = stats["disc_count"].clamp(min=1) if disc_norm is None else disc_norm
         mlm_loss, disc_loss = mlm_sum / mlm_norm, disc_sum / disc_norm
@@ -472,19 +477,17 @@ class MaskedLMForPretraining(nn.Module):
     ) -> PretrainOutput:
         """The MLM loss at the masked slots (ELECTRA's interface: `disc_norm` is ignored, the discriminator's
         outputs are empty and its statistics zero, so its metrics come out undefined)."""
-        B, N = masked.positions.shape
-        h = self.masked_lm.electra(self.embeddings(masked.input_ids, token_type_ids), attention_bias(attention_mask))
-        h = h.gather(1, masked.positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, N, H)
-        logits = self.masked_lm.logits(h, self.embeddings.word_embeddings.weight)  # (B, N, V)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), masked.targets.flatten(), reduction="none")
-        mlm_sum = (ce.view(B, N) * masked.weights).sum()
+        embedded = self.embeddings(masked.input_ids, token_type_ids)
+        word_table = self.embeddings.word_embeddings.weight
+        logits, ce = self.masked_lm.at_slots(embedded, attention_bias(attention_mask), masked, word_table)
+        mlm_sum = (ce * masked.weights).sum()
         with torch.no_grad():
             w = masked.weights
             zero = mlm_sum.new_zeros(())
             stats = {name: zero for name in STAT_NAMES}
             stats.update(mlm_loss_sum=mlm_sum.detach(), mlm_count=w.sum(),
                          mlm_correct=((logits.argmax(-1) == masked.targets).float() * w).sum(),
-                         **masked_slot_stats(logits, ce.view(B, N), masked),
+                         **masked_slot_stats(logits, ce, masked),
                          sampled_correct=zero + float("nan"))  # fmt: skip
         mlm_loss = mlm_sum / (stats["mlm_count"].clamp(min=1) if mlm_norm is None else mlm_norm)
         empty = torch.zeros_like(input_ids, dtype=torch.float)
