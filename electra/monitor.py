@@ -8,6 +8,7 @@ whose held-out metrics stay there for `train.collapse_patience` evaluations.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ log = logging.getLogger("electra.pretrain")
 
 COLLAPSE_RECALL = 0.05  # disc recall on replaced tokens below this ...
 COLLAPSE_AUC = 0.55  # ... or AUC below this, at `collapse_patience` evaluations in a row: collapsed
+FREQUENCY_SAMPLE_TOKENS = 1_000_000  # training tokens counted for the token-frequency baseline
 
 
 def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
@@ -47,12 +49,30 @@ def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, specia
 
 
 @torch.no_grad()
+@functools.lru_cache(maxsize=4)
+def token_log_frequencies(train: ExampleSource, vocab_size: int, special_ids: tuple[int, ...]) -> torch.Tensor:
+    """(V,) log-frequencies of the tokens of the first ~1M tokens of training examples, counts + 1/2 (special
+    tokens, never a masked target, excluded): the model a masked LM learns first, whose loss is the plateau."""
+    n = max(1, FREQUENCY_SAMPLE_TOKENS // train.seq_len)
+    counts = np.zeros(vocab_size)
+    for start in range(0, n, 1024):
+        ids = train.examples(np.arange(start, min(n, start + 1024), dtype=np.int64))["input_ids"]
+        counts += np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size]
+    counts += 0.5
+    counts[list(special_ids)] = 0
+    with np.errstate(divide="ignore"):  # special tokens: log 0 = -inf, never looked up
+        return torch.from_numpy(np.log(counts / counts.sum()))
+
+
 def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
-             device: torch.device, autocast) -> dict[str, float]:  # fmt: skip
+             device: torch.device, autocast, train: ExampleSource | None = None) -> dict[str, float]:  # fmt: skip
     """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC and
-    what a generator on the unigram plateau scores at the slots shown as [MASK]: `mlm_majority_rate`, the accuracy of
-    always guessing the most frequent token there (compare `masked_accuracy`), and `mlm_unigram_entropy`, the
-    cross-entropy in nats of the best token-frequency model of those very slots (compare `masked_loss`)."""
+    what token frequencies alone score at the slots shown as [MASK] (compare `masked_accuracy` and `masked_loss`):
+    `mlm_majority_rate`, the accuracy of always guessing the most frequent token there; `mlm_unigram_loss` (with
+    `train`), the cross-entropy in nats of the training examples' token frequencies there: the plateau a masked LM
+    sits on until it uses context; `mlm_unigram_entropy`, the entropy of those very slots' own frequencies, which no
+    model fit on other text reaches (0.25 nats under `mlm_unigram_loss` with a 4096-token vocabulary and ~7,000
+    slots: a lower bound, not the plateau)."""
     from sklearn.metrics import roc_auc_score
 
     was_training = model.training
@@ -78,6 +98,10 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
     p = counts[counts > 0] / counts.sum()
     metrics["mlm_majority_rate"] = float(p.max()) if len(p) else float("nan")
     metrics["mlm_unigram_entropy"] = float(-(p * p.log()).sum()) if len(p) else float("nan")
+    if train is not None:
+        log_freq = token_log_frequencies(train, tokens.vocab_size, tuple(tokens.special_ids))
+        all_targets = torch.cat(targets)
+        metrics["mlm_unigram_loss"] = float(-log_freq[all_targets].mean()) if len(all_targets) else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
     metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
     return metrics
@@ -91,7 +115,7 @@ def is_collapsed(metrics: dict[str, float]) -> bool:
 def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,
                    run_dir: Path, writers: list, step: int) -> None:  # fmt: skip
     """Evaluate on the held-out set, log it, and update the collapse flag in `meta` and RUN/run.json."""
-    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast)
+    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast, train=data.train)
     write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
     if cfg.objective.kind != "electra":  # no discriminator to collapse
         write_atomic(run_dir / "run.json", meta.to_json())

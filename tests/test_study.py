@@ -127,6 +127,8 @@ def test_a_dynamics_figure_is_drawn_from_the_runs_metrics(study, tmp_path):
 @pytest.mark.slow
 def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
     run = read_pretrain_run(study / "runs" / "kind=electra" / "pretrain")
+    assert run.evals[-1]["eval_mlm_unigram_loss"] > run.evals[-1]["eval_mlm_unigram_entropy"]
+    del run.evals[-1]["eval_mlm_unigram_loss"]  # first as a run logged before that metric existed
     run.evals[-1].update(eval_masked_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75,
                          eval_masked_loss=4.5, eval_mlm_unigram_entropy=4.55)  # fmt: skip
     assert gate(run).learned is True  # by accuracy
@@ -139,6 +141,12 @@ def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
     assert gate(run).learned is True
     run.evals[-1].update(eval_masked_loss=4.5)
     run.evals[-1].update(eval_mlm_accuracy=0.33)  # all chosen slots, kept ones included: not what the gate reads
+    assert gate(run).learned is False
+    # with the training text's token frequencies logged, the gate compares with them, not with the slots' entropy
+    run.evals[-1].update(eval_mlm_unigram_loss=4.65)
+    verdict = gate(run)
+    assert verdict.learned is True and "loss 4.500 vs token frequencies 4.650 nats" in verdict.describe()
+    run.evals[-1].update(eval_mlm_unigram_loss=4.55)
     assert gate(run).learned is False
     assert gate(None).learned is None
 
