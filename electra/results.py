@@ -191,10 +191,9 @@ def gate(run: PretrainRun | None) -> Gate:
     acc, rate = last.get("eval_masked_accuracy"), last.get("eval_mlm_majority_rate")
     # the training text's token frequencies at those slots (runs before it was logged: the slots' own entropy,
     # a lower bound, so a stricter test)
-    loss, unigram = (
-        last.get("eval_masked_loss"),
-        last.get("eval_mlm_unigram_loss", last.get("eval_mlm_unigram_entropy")),
-    )
+    loss, unigram, baseline = last.get("eval_masked_loss"), last.get("eval_mlm_unigram_loss"), "token frequencies"
+    if unigram is None:
+        unigram, baseline = last.get("eval_mlm_unigram_entropy"), "the slots' own entropy"
     reasons, ok = [], True
     if acc is None or rate is None:
         ok = False
@@ -205,7 +204,7 @@ def gate(run: PretrainRun | None) -> Gate:
         ok &= by_accuracy or by_loss
         said = f"MLM at [MASK]: accuracy {acc:.3f} vs most-frequent-token {rate:.3f}"
         if loss is not None and unigram is not None:
-            said += f", loss {loss:.3f} vs token frequencies {unigram:.3f} nats"
+            said += f", loss {loss:.3f} vs {baseline} {unigram:.3f} nats"
         reasons.append(said + (" (beyond frequencies)" if by_accuracy or by_loss else " (token frequencies only)"))
     if run.kind == "electra":
         auc = last.get("eval_disc_auc")

@@ -131,7 +131,8 @@ def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
     del run.evals[-1]["eval_mlm_unigram_loss"]  # first as a run logged before that metric existed
     run.evals[-1].update(eval_masked_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75,
                          eval_masked_loss=4.5, eval_mlm_unigram_entropy=4.55)  # fmt: skip
-    assert gate(run).learned is True  # by accuracy
+    verdict = gate(run)
+    assert verdict.learned is True and "loss 4.500 vs the slots' own entropy 4.550 nats" in verdict.describe()
     run.evals[-1].update(eval_disc_auc=0.58)  # the discriminator never left the plateau
     verdict = gate(run)
     assert verdict.learned is False and "discriminator AUC 0.58 not > 0.6" in verdict.describe()
