@@ -290,6 +290,9 @@ def _add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=int, default=1, help="pretraining runs at once (CPU threads are split)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda (default: cuda if available)")
     p.add_argument("--description", default="", help="a line for the report")
+    p.add_argument("--tensorboard", action="store_true", help="also log every run to its tensorboard/ folder")
+    p.add_argument("--wandb", action="store_true", help="also log every run to Weights & Biases (offline unless "
+                   "WANDB_MODE)")  # fmt: skip
 
 
 def _run_study(args: argparse.Namespace) -> int:
@@ -300,7 +303,7 @@ def _run_study(args: argparse.Namespace) -> int:
         data=args.data,
         tasks=args.tasks, glue_dir=args.glue_dir, seeds=_parse_seeds(args.seeds), recipe=args.recipe,
         finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
-        device=args.device,
+        device=args.device, loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
     )  # fmt: skip
     report = run_study(spec)
     print(f"report: {report / 'report.md'}")

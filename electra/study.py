@@ -71,10 +71,13 @@ class StudySpec:
     parallel: int = 1
     """Pretraining runs at once (CPU threads are split between them)."""
     device: str | None = None
+    loggers: list[str] = field(default_factory=list)
+    """Trackers every pretraining and fine-tuning run also logs to (tensorboard, wandb), as `electra pretrain` and
+    `electra glue` do: RUN/tensorboard, and one W&B run per pretraining run and per fine-tuning (task, seed)."""
 
 
 # the fields that may change between a study's invocations without changing what it computes
-_NOT_FINGERPRINTED = ("parallel", "device", "description", "out")
+_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers")
 
 
 @dataclass
@@ -245,7 +248,8 @@ def pretrained(run: Path, steps: int) -> bool:
     return meta.exists() and json.loads(meta.read_text()).get("step") == steps
 
 
-def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int | None = None) -> int:
+def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int | None = None,
+                     loggers: tuple[str, ...] = ()) -> int:  # fmt: skip
     """One setting's pretraining (resumed from its checkpoints if it has any); `threads`: in a worker process,
     its share of the CPU cores."""
     import torch
@@ -256,7 +260,8 @@ def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int 
 
     if threads is not None:
         torch.set_num_threads(threads)
-    meta = pretrain(from_dict(cfg_dict), run, resume="auto" if list_checkpoints(run) else None, device=device)
+    resume = "auto" if list_checkpoints(run) else None
+    meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers)
     return meta.step
 
 
@@ -294,15 +299,15 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     if workers == 1:  # in this process, with its threads
         for s, run in todo:
             print(f"== pretraining {s.name}: {s.steps} steps -> {run}", flush=True)
-            _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device)
+            _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device, loggers=tuple(spec.loggers))
         return
     threads = max(1, (os.cpu_count() or 1) // workers)
     import multiprocessing
 
     print(f"== pretraining {len(todo)} settings, {workers} at a time ({threads} threads each)", flush=True)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads)
-                   for s, run in todo]  # fmt: skip
+        futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads,
+                               tuple(spec.loggers)) for s, run in todo]  # fmt: skip
         for f in futures:
             f.result()  # re-raises a worker's error
 
@@ -318,7 +323,7 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
         result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=spec.tasks.split(","),
                                      glue_dir=spec.glue_dir, seeds=list(spec.seeds), finetune=finetune,
                                      recipe=spec.recipe, device=spec.device or "auto", num_workers=spec.parallel,
-                                     progress=False))  # fmt: skip
+                                     progress=False, loggers=list(spec.loggers)))  # fmt: skip
         if not result.ok:
             log.warning("%s: some fine-tuning runs failed (%s); run the study again to retry them", s.name,
                         [f"{f['task']} seed {f['seed']}" for f in result.failed])  # fmt: skip
@@ -327,8 +332,10 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
 def run_study(spec: StudySpec) -> Path:
     """Pretrain every setting, fine-tune each, write the report; returns the report folder."""
     from electra.files import folder_lock
+    from electra.monitor import check_trackers
     from electra.report import write_report
 
+    check_trackers(spec.loggers)  # a missing tracker package fails now, not after the pretraining
     with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
         settings = start(spec)
         pretrain_all(spec, settings)

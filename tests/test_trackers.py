@@ -142,3 +142,25 @@ def test_glue_logs_each_run_to_its_own_tracker_run(tmp_path, wandb_offline, caps
             assert wb["run"]["run_group"] == "sweep"
             config = wb["run"]["config"]["update"]
             assert config["finetune"] == cfg and (config["task"], config["seed"]) == (task, seed)
+
+
+def test_a_study_logs_every_pretraining_and_fine_tuning_run(tmp_path):
+    """`electra study --tensorboard`: each setting's pretraining run and each of its fine-tuning runs write event
+    files equal to their metrics.jsonl, as `electra pretrain` and `electra glue` do."""
+    from electra.data.synthetic_tasks import write_synthetic_tasks
+
+    task = write_synthetic_tasks(tmp_path / "tasks")[0]
+    out = tmp_path / "study"
+    args = ["study", "--out", str(out), "--base", "tiny", "--set", "train.batch_size=8", "--set", "train.log_every=4",
+            "--set", "train.eval_every=8", "--set", "train.eval_batches=1", "--set", "train.save_every=8",
+            "--vary", "objective.kind=electra,none", "--budget", "steps=8", "--tasks", str(task), "--seeds", "1",
+            "--finetune-set", "finetune.max_steps=12", "--device", "cpu", "--tensorboard"]  # fmt: skip
+    assert cli_main(args) == 0
+    pretrain = out / "runs" / "kind=electra" / "pretrain"
+    assert tensorboard_values(pretrain / "tensorboard") == as_float32(jsonl_values(pretrain / "metrics.jsonl"))
+    for name in ("kind=electra", "kind=none"):
+        glue = out / "runs" / name / "glue"
+        expected = jsonl_values(glue / "runs" / task.name / "seed0" / "metrics.jsonl")
+        assert expected["loss"] and tensorboard_values(glue / "tensorboard" / task.name / "seed0") == as_float32(
+            expected
+        )
