@@ -296,7 +296,7 @@ def _add_study(p: argparse.ArgumentParser) -> None:
 
 
 def _run_study(args: argparse.Namespace) -> int:
-    from electra.study import StudySpec, run_study
+    from electra.study import StudySpec, StudyStopped, run_study
 
     spec = StudySpec(
         out=args.out, base=args.base, overrides=args.set, vary=args.vary, settings=args.setting, budget=args.budget,
@@ -305,7 +305,11 @@ def _run_study(args: argparse.Namespace) -> int:
         finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
         device=args.device, loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
     )  # fmt: skip
-    report = run_study(spec)
+    try:
+        report = run_study(spec)
+    except StudyStopped as err:
+        print(f"electra study: {err}", file=sys.stderr)
+        return 130
     print(f"report: {report / 'report.md'}")
     return 0
 
@@ -475,8 +479,13 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 
 def _run_demo(args: argparse.Namespace) -> int:
     from electra.demo import ELECTRA_STEPS, demo
+    from electra.study import StudyStopped
 
-    demo(args.out, args.corpus, args.glue_dir, args.steps or ELECTRA_STEPS, _parse_seeds(args.seeds))
+    try:
+        demo(args.out, args.corpus, args.glue_dir, args.steps or ELECTRA_STEPS, _parse_seeds(args.seeds))
+    except StudyStopped as err:
+        print(f"electra demo: {err.args[0].split(';')[0]}; the demo starts afresh when run again", file=sys.stderr)
+        return 130
     return 0
 
 

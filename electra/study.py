@@ -299,7 +299,9 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     if workers == 1:  # in this process, with its threads
         for s, run in todo:
             print(f"== pretraining {s.name}: {s.steps} steps -> {run}", flush=True)
-            _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device, loggers=tuple(spec.loggers))
+            step = _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device,
+                                    loggers=tuple(spec.loggers))  # fmt: skip
+            _stop_if_short(s, step)
         return
     threads = max(1, (os.cpu_count() or 1) // workers)
     import multiprocessing
@@ -308,8 +310,19 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads,
                                tuple(spec.loggers)) for s, run in todo]  # fmt: skip
-        for f in futures:
-            f.result()  # re-raises a worker's error
+        steps = [f.result() for f in futures]  # re-raises a worker's error
+    for (s, _), step in zip(todo, steps, strict=True):
+        _stop_if_short(s, step)
+
+
+class StudyStopped(Exception):
+    """A pretraining run stopped before its budget (SIGTERM / Ctrl-C saved a checkpoint): the study stops too."""
+
+
+def _stop_if_short(s: Setting, step: int) -> None:
+    if step < s.steps:
+        raise StudyStopped(f"{s.name} stopped at step {step} of {s.steps} (a checkpoint was saved); run the same "
+                           "command again to continue the study")  # fmt: skip
 
 
 def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:

@@ -222,3 +222,21 @@ def test_a_run_and_its_glue_folder_make_one_entry_of_the_report(study, tmp_path)
         write_report([run, glue, study / "runs" / "kind=none" / "glue"], tmp_path / "r") / "report.md"
     ).read_text()
     assert "| pretrain | electra |" in report and "| glue | none (random initialisation) | not pretrained |" in report
+
+
+def test_a_pretraining_run_stopped_by_a_signal_stops_the_study(tmp_path, tasks, monkeypatch):
+    """SIGTERM / Ctrl-C make a pretraining run save a checkpoint and return early; the study must then stop with a
+    message instead of going on to the next setting and fine-tuning a half-trained model."""
+    import electra.study as study_module
+
+    calls = []
+
+    def stopped_early(cfg_dict, run, device, threads=None, loggers=()):
+        calls.append(run)
+        return 3  # the step it stopped at, short of the budget
+
+    monkeypatch.setattr(study_module, "_pretrain_worker", stopped_early)
+    with pytest.raises(study_module.StudyStopped, match=r"kind=electra stopped at step 3 of \d+"):
+        run_study(spec(tmp_path / "s", tasks))
+    assert len(calls) == 1  # not the next setting
+    assert not (tmp_path / "s" / "runs" / "kind=electra" / "glue").exists()  # nor its fine-tuning
