@@ -94,14 +94,14 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
         targets.append(masked.targets[(masked.weights > 0) & masked.is_masked].cpu())
     model.train(was_training)
     metrics = metrics_from_stats(totals)
-    counts = torch.bincount(torch.cat(targets)).double()
+    targets = torch.cat(targets)  # (slots shown as [MASK],)
+    counts = torch.bincount(targets).double()
     p = counts[counts > 0] / counts.sum()
     metrics["mlm_majority_rate"] = float(p.max()) if len(p) else float("nan")
     metrics["mlm_unigram_entropy"] = float(-(p * p.log()).sum()) if len(p) else float("nan")
     if train is not None:
         log_freq = token_log_frequencies(train, tokens.vocab_size, tuple(tokens.special_ids))
-        all_targets = torch.cat(targets)
-        metrics["mlm_unigram_loss"] = float(-log_freq[all_targets].mean()) if len(all_targets) else float("nan")
+        metrics["mlm_unigram_loss"] = float(-log_freq[targets].mean()) if len(targets) else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
     metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
     return metrics

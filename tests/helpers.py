@@ -202,3 +202,16 @@ def die_at(failpoint: str | None, target: Callable, *args, before: Callable[[], 
         proc.join()
         raise TimeoutError(f"{failpoint}: the child did not end within {timeout} s")
     return proc.exitcode
+
+
+def prepared_synthetic_corpus(root: Path, num_documents: int, vocab_size: int) -> Path:
+    """ROOT/data: `num_documents` of the built-in language written as ROOT/corpus.txt, a byte-level BPE of
+    `vocab_size` trained on it (ROOT/tok), and the corpus prepared with it, as `electra data prepare` does."""
+    from electra.data.prepare import prepare
+    from electra.data.synthetic import write_synthetic_text
+    from electra.data.tokenizer import train_tokenizer
+
+    text = write_synthetic_text(root / "corpus.txt", num_documents=num_documents)
+    tok = train_tokenizer("bpe", vocab_size, [str(text)], root / "tok", show_progress=False).parent
+    prepare([str(text)], tok, root / "data", workers=1, show_progress=False)
+    return root / "data"

@@ -10,10 +10,8 @@ from electra.config import DataConfig
 from electra.data import open_pretraining_data
 from electra.data.builders import DynamicSource, StaticSource, keyed_permutation
 from electra.data.corpus import TokenCorpus, split_documents
-from electra.data.prepare import prepare
-from electra.data.synthetic import synthetic_corpus, write_synthetic_text
-from electra.data.tokenizer import train_tokenizer
-from tests.helpers import CLS, PAD, SEP, token_info
+from electra.data.synthetic import synthetic_corpus
+from tests.helpers import CLS, PAD, SEP, prepared_synthetic_corpus, token_info
 
 TOK = token_info(vocab_size=1000)
 
@@ -156,10 +154,7 @@ def test_eval_split_holds_out_whole_documents():
 
 @pytest.mark.parametrize("builder", ["dynamic", "static"])
 def test_open_pretraining_data_on_a_prepared_folder(tmp_path, builder):
-    text = tmp_path / "corpus.txt"
-    write_synthetic_text(text, num_documents=60)
-    tok = train_tokenizer("bpe", 400, [str(text)], tmp_path / "tok", show_progress=False).parent
-    prepare([str(text)], tok, tmp_path / "data", workers=1, show_progress=False)
+    prepared_synthetic_corpus(tmp_path, num_documents=60, vocab_size=400)
     data = open_pretraining_data(DataConfig(path=str(tmp_path / "data"), builder=builder, seq_len=32), seed=0)
     # the tokenizer folder holds the tokenizer only, so a run can copy it without the data
     assert data.tokens.path == tmp_path / "data" / "tokenizer" and data.tokens.vocab_size <= 400

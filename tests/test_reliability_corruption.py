@@ -26,14 +26,11 @@ from electra.checkpoint import (
 )
 from electra.config import load_config
 from electra.data.corpus import META_FILE, open_corpus
-from electra.data.prepare import prepare
-from electra.data.synthetic import write_synthetic_text
-from electra.data.tokenizer import train_tokenizer
 from electra.errors import CorruptFileError, InputError
 from electra.files import CHECKSUMS_FILE
 from electra.pretraining import pretrain
 from electra.results import ReportError, read_pretrain_run
-from tests.helpers import assert_same_state, cli_main, metric_rows
+from tests.helpers import assert_same_state, cli_main, metric_rows, prepared_synthetic_corpus
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",
        "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
@@ -154,11 +151,7 @@ def test_checkpoints_written_before_checksums_load_with_one_warning(run, finishe
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("prepared")
-    text = write_synthetic_text(root / "corpus.txt", num_documents=60)
-    tok = train_tokenizer("bpe", 400, [str(text)], root / "tok", show_progress=False).parent
-    prepare([str(text)], tok, root / "data", workers=1, show_progress=False)
-    return root / "data"
+    return prepared_synthetic_corpus(tmp_path_factory.mktemp("prepared"), num_documents=60, vocab_size=400)
 
 
 @pytest.fixture

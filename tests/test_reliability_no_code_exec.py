@@ -24,9 +24,6 @@ from electra.checkpoint import (
 )
 from electra.config import ConfigError, load_config
 from electra.data.corpus import META_FILE, open_corpus
-from electra.data.prepare import prepare
-from electra.data.synthetic import write_synthetic_text
-from electra.data.tokenizer import train_tokenizer
 from electra.errors import CorruptFileError
 from electra.files import sha256_file
 from electra.glue.loading import load_task
@@ -34,6 +31,7 @@ from electra.glue.tasks import resolve_tasks
 from electra.hf_compat import HFConversionError, to_hf
 from electra.pretraining import pretrain
 from tests.glue_fixtures import make_run, write_custom_task, write_glue
+from tests.helpers import prepared_synthetic_corpus
 
 RUN = ["train.batch_size=4", "train.max_steps=2", "train.save_every=2", "train.eval_every=1000", "train.log_every=1",
        "train.eval_batches=1"]  # fmt: skip
@@ -89,11 +87,7 @@ def test_a_transformers_folder_carrying_a_pickle_payload_is_refused(tmp_path, ma
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("prepared")
-    text = write_synthetic_text(root / "corpus.txt", num_documents=20)
-    tok = train_tokenizer("bpe", 300, [str(text)], root / "tok", show_progress=False).parent
-    prepare([str(text)], tok, root / "data", workers=1, show_progress=False)
-    return root / "data"
+    return prepared_synthetic_corpus(tmp_path_factory.mktemp("prepared"), num_documents=20, vocab_size=300)
 
 
 @pytest.mark.parametrize("name", ["documents.npy", "lines.npy"])
