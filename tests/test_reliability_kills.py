@@ -144,11 +144,12 @@ def test_glue_sweep_killed_keeps_finished_runs_and_redoes_the_rest(glue_world, t
 # -- storms: the real CLI, 20 kills each (make test-slow) ------------------------------------------------------
 
 
-def _storm(args: list[str], moments: list[tuple[str, object]], started, timeout: float = 300,
+def _storm(args: list[str], moments: list[tuple[str, object]], started, span: float, timeout: float = 300,
            progress=lambda: "") -> list[str]:  # fmt: skip
     """Run `electra ARGS` once per moment, killed there: ("failpoint", "NAME@COUNT") arms ELECTRA_FAILPOINT; ("timed",
-    seconds) sends SIGKILL that long after `started(pid)` says the run is underway. Returns what happened to each
-    session (each must have been killed by SIGKILL), with `progress()` after it; printed with -s."""
+    fraction) sends SIGKILL `fraction * span` seconds after `started(pid)` says the run is underway (`span`: how long
+    an uninterrupted run works, see `_measure_span`). Returns what happened to each session (each must have been
+    killed by SIGKILL), with `progress()` after it; printed with -s."""
     outcomes = []
     for kind, value in moments:
         proc = start_cli(*args, env={ENV: value} if kind == "failpoint" else None, stderr=subprocess.PIPE)
@@ -156,7 +157,7 @@ def _storm(args: list[str], moments: list[tuple[str, object]], started, timeout:
             deadline = time.time() + timeout
             while proc.poll() is None and not started(proc.pid) and time.time() < deadline:
                 time.sleep(0.01)
-            time.sleep(float(value))
+            time.sleep(float(value) * span)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
         try:
@@ -168,6 +169,18 @@ def _storm(args: list[str], moments: list[tuple[str, object]], started, timeout:
         outcomes.append(f"killed at {kind} {value}: {progress()}")
         print(outcomes[-1])
     return outcomes
+
+
+def _measure_span(args: list[str], started, timeout: float = 300) -> float:
+    """Run `electra ARGS` once, uninterrupted, and return the seconds from `started(pid)` to its clean exit."""
+    proc = start_cli(*args, stderr=subprocess.PIPE)
+    deadline = time.time() + timeout
+    while proc.poll() is None and not started(proc.pid) and time.time() < deadline:
+        time.sleep(0.01)
+    begin = time.time()
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return time.time() - begin
 
 
 def _holds_lock(folder: Path):
@@ -190,11 +203,17 @@ PRETRAIN_FAILPOINTS = ["checkpoint.write:model.safetensors@1", "checkpoint.write
                        "evaluate@1", "evaluate@2", "write_atomic:run.json@2"]  # fmt: skip
 
 
-def storm_schedule(seed: int, failpoints: list[str], n: int = 20, max_delay: float = 2.5) -> list[tuple[str, object]]:
-    """`n` moments: every failpoint once, the rest timed kills after a random delay; in a random order."""
+def storm_schedule(seed: int, failpoints: list[str], n: int = 20, resumable: bool = True,
+                   reach: float = 0.7) -> list[tuple[str, object]]:  # fmt: skip
+    """`n` moments in a seeded random order: every failpoint once, the rest timed kills at random fractions of an
+    uninterrupted run's span. A run that starts over (`resumable=False`) is killed at up to `reach` of its span; a
+    resumed one keeps what it did before each kill, so its fractions together add up to `reach`: no session can
+    finish before its kill, on a fast machine or a slow one."""
     rng = random.Random(seed)
     moments = [("failpoint", f) for f in failpoints]
-    moments += [("timed", round(rng.uniform(0, max_delay), 2)) for _ in range(n - len(moments))]
+    draws = [rng.random() for _ in range(n - len(moments))]
+    scale = reach / sum(draws) if resumable else reach
+    moments += [("timed", round(d * scale, 3)) for d in draws]
     rng.shuffle(moments)
     return moments
 
@@ -202,7 +221,7 @@ def storm_schedule(seed: int, failpoints: list[str], n: int = 20, max_delay: flo
 @pytest.mark.slow
 def test_pretraining_kill_storm_20_kills_bit_identical(tmp_path):
     straight, run = tmp_path / "straight", tmp_path / "stormed"
-    run_cli(*PRETRAIN_ARGS, "--out", str(straight), check=True)
+    span = _measure_span([*PRETRAIN_ARGS, "--out", str(straight)], _holds_lock(straight))
     moments = storm_schedule(20240611, PRETRAIN_FAILPOINTS)
     args = [*PRETRAIN_ARGS, "--out", str(run), "--resume", "auto"]
 
@@ -210,7 +229,7 @@ def test_pretraining_kill_storm_20_kills_bit_identical(tmp_path):
         ckpts = list_checkpoints(run)
         return f"resumes from step {int(ckpts[-1].name.split('_')[1]) if ckpts else 0}"
 
-    outcomes = _storm(args, moments, _holds_lock(run), progress=progress)
+    outcomes = _storm(args, moments, _holds_lock(run), span, progress=progress)
     assert len(outcomes) == 20
     run_cli(*args, check=True)
     assert metric_rows(run) == metric_rows(straight)
@@ -219,13 +238,13 @@ def test_pretraining_kill_storm_20_kills_bit_identical(tmp_path):
 
 @pytest.mark.slow
 def test_data_prepare_kill_storm(tokenizer, tmp_path):
-    text = write_synthetic_text(tmp_path / "corpus.txt", 3, 20000)  # 15 MB: eight batches of tokens, ~3 s
+    text = write_synthetic_text(tmp_path / "corpus.txt", 3, 20000)  # 15 MB: eight batches of tokens, ~1 s
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tokenizer)]
-    run_cli(*args, "--out", str(tmp_path / "straight"), str(text), check=True)
+    span = _measure_span([*args, "--out", str(tmp_path / "straight"), str(text)], _holds_lock(tmp_path / "straight"))
     out = tmp_path / "out"
     old = write_synthetic_text(tmp_path / "old.txt", 4, 20)
     run_cli(*args, "--out", str(out), str(old), check=True)
-    moments = storm_schedule(7, ["prepare.write@1", "prepare.write@3", "prepare.commit@1"], n=10, max_delay=1.5)
+    moments = storm_schedule(7, ["prepare.write@1", "prepare.write@3", "prepare.commit@1"], n=10, resumable=False)
     command = [*args, "--overwrite", "--out", str(out), str(text)]
 
     def state() -> str:  # after each kill: the old folder, or none (between the renames), never a partial one
@@ -236,7 +255,7 @@ def test_data_prepare_kill_storm(tokenizer, tmp_path):
         assert sources in ([str(old)], [str(text)]), sources
         return "the old folder, intact" if sources == [str(old)] else "the complete new folder"
 
-    assert len(_storm(command, moments, _holds_lock(out), progress=state)) == 10
+    assert len(_storm(command, moments, _holds_lock(out), span, progress=state)) == 10
     run_cli(*command, check=True)
     for name in PREPARED_FILES:
         assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes(), name
@@ -247,29 +266,32 @@ def test_data_prepare_kill_storm(tokenizer, tmp_path):
 
 @pytest.mark.slow
 def test_glue_sweep_kill_storm(glue_world, tmp_path):
-    seeds = list(range(6))
-    straight = run_sweep(_sweep(glue_world, tmp_path / "straight", seeds=seeds,
-                                finetune=FinetuneConfig(max_steps=8, batch_size=4)))  # fmt: skip
-    out = tmp_path / "stormed"
-    args = ["glue", "--model", str(glue_world["run"]), "--glue-dir", str(glue_world["glue"]), "--tasks",
+    def args(out: Path) -> list[str]:
+        return ["glue", "--model", str(glue_world["run"]), "--glue-dir", str(glue_world["glue"]), "--tasks",
                 "rte,wnli", "--seeds", "6", "--max-steps", "8", "--batch-size", "4", "--out", str(out),
                 "--no-progress"]  # fmt: skip
+
+    def claimed(out: Path):
+        def started(pid: int) -> bool:  # the process has claimed a run: it is fine-tuning
+            for claim in out.glob("runs/*/*/claim"):
+                try:
+                    if json.loads(claim.read_text()).get("pid") == pid:
+                        return True
+                except (OSError, ValueError):
+                    pass
+            return False
+
+        return started
+
+    straight, out = tmp_path / "straight", tmp_path / "stormed"
+    span = _measure_span(args(straight), claimed(straight))
     failpoints = ["write_atomic:result.json@1", "write_atomic:result.json@2", "write_atomic:results.json@1",
                   "write_atomic:sweep.json@1", "write_atomic:results.md@1"]  # fmt: skip
-
-    def started(pid: int) -> bool:  # the process has claimed a run: it is fine-tuning
-        for claim in out.glob("runs/*/*/claim"):
-            try:
-                if json.loads(claim.read_text()).get("pid") == pid:
-                    return True
-            except (OSError, ValueError):
-                pass
-        return False
 
     def progress() -> str:
         return f"{len(list(out.glob('runs/*/*/result.json')))} of 12 runs finished"
 
-    assert len(_storm(args, storm_schedule(99, failpoints, n=10, max_delay=0.5), started, progress=progress)) == 10
-    run_cli(*args, check=True)
-    assert json.loads((out / "results.json").read_text()) == straight.results
-    assert (out / "results.json").read_bytes() == (tmp_path / "straight" / "results.json").read_bytes()
+    assert len(_storm(args(out), storm_schedule(99, failpoints, n=10), claimed(out), span, progress=progress)) == 10
+    run_cli(*args(out), check=True)
+    assert json.loads((out / "results.json").read_text()) == json.loads((straight / "results.json").read_text())
+    assert (out / "results.json").read_bytes() == (straight / "results.json").read_bytes()
