@@ -142,19 +142,25 @@ TRACKERS = ("tensorboard", "wandb")
 
 
 def open_loggers(names: Sequence[str], run_dir: Path, cfg: PretrainConfig | dict, name: str | None = None,
-                 group: str | None = None, tensorboard_dir: Path | None = None) -> list:  # fmt: skip
+                 group: str | None = None, tensorboard_dir: Path | None = None,
+                 resumed_at: int | None = None) -> list:  # fmt: skip
     """One writer per tracker in `names`: TensorBoard event files in `tensorboard_dir` (default RUN/tensorboard),
     tagged with the metrics' names; a W&B run under RUN/wandb, offline unless WANDB_MODE says otherwise, with `cfg`
-    as its config, called `name` (default: the run folder's name) in `group`."""
+    as its config, called `name` (default: the run folder's name) in `group`.
+
+    `resumed_at`: the step a pretraining run starts from (0 when fresh). An interrupted session may have logged
+    past it, and those steps are logged again, so TensorBoard purges its events after that step (SummaryWriter's
+    purge_step, as metrics.jsonl is trimmed), and W&B continues the folder's own W&B run (its id kept in
+    RUN/wandb/run_id) instead of starting a second one."""
     check_trackers(names)
     config = cfg if isinstance(cfg, dict) else to_dict(cfg)
     writers: list = []
     try:
         for tracker in names:
             if tracker == "tensorboard":
-                writers.append(_TensorBoard(Path(tensorboard_dir or run_dir / "tensorboard")))
+                writers.append(_TensorBoard(Path(tensorboard_dir or run_dir / "tensorboard"), resumed_at))
             else:
-                writers.append(_WandB(Path(run_dir), config, name or Path(run_dir).name, group))
+                writers.append(_WandB(Path(run_dir), config, name or Path(run_dir).name, group, resumed_at))
     except BaseException:
         for w in writers:
             w.close()
@@ -180,10 +186,10 @@ def tracked_values(row: dict) -> dict[str, int | float]:
 
 
 class _TensorBoard:
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, resumed_at: int | None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(folder))
+        self.writer = SummaryWriter(str(folder), purge_step=None if resumed_at is None else resumed_at + 1)
 
     def log(self, row: dict) -> None:
         for k, v in tracked_values(row).items():
@@ -194,12 +200,18 @@ class _TensorBoard:
 
 
 class _WandB:
-    def __init__(self, run_dir: Path, config: dict, name: str, group: str | None):
+    def __init__(self, run_dir: Path, config: dict, name: str, group: str | None, resumed_at: int | None):
         import wandb
 
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(dir=str(run_dir), config=config, name=name, group=group,
+        id_file, run_id = run_dir / "wandb" / "run_id", None
+        if resumed_at is not None and id_file.is_file():
+            run_id = id_file.read_text().strip() or None
+        self.run = wandb.init(dir=str(run_dir), config=config, name=name, group=group, id=run_id,
+                              resume="allow" if run_id else None,
                               mode=os.environ.get("WANDB_MODE", "offline"))  # fmt: skip
+        if resumed_at is not None and run_id is None:
+            write_atomic(id_file, self.run.id + "\n")
 
     def log(self, row: dict) -> None:
         self.run.log(tracked_values(row), step=row["step"])

@@ -255,7 +255,7 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
     cfg, t, meta = run.cfg, run.cfg.train, run.meta
     stop: dict[str, int | None] = {"signal": None}
     handlers = {s: signal.signal(s, lambda num, _: stop.update(signal=num)) for s in (signal.SIGTERM, signal.SIGINT)}
-    writers = open_loggers(loggers, run.run_dir, cfg) if run.main_process else []
+    writers = open_loggers(loggers, run.run_dir, cfg, resumed_at=meta.step) if run.main_process else []
     window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite)
     if run.loop_state is not None:
         window.restore(run.loop_state["window"])

@@ -16,9 +16,10 @@ import pytest
 
 from electra.checkpoint import read_config
 from electra.config import FinetuneConfig, to_dict
+from electra.faults import ENV
 from electra.monitor import open_loggers, write_metrics
 from tests.glue_fixtures import make_run, write_glue
-from tests.helpers import cli_main, run_python
+from tests.helpers import KILLED, cli_main, run_python
 
 pytestmark = pytest.mark.slow  # W&B's service process, and its reader in a child (`python -m wandb`)
 
@@ -61,15 +62,16 @@ def as_float32(values: dict[str, list[tuple[int, float]]]) -> dict[str, list[tup
 
 
 def wandb_runs(folder: Path) -> list[dict]:
-    """Each offline run under folder/wandb, read by wandb's own reader: {"run": its run record, "history": the
-    logged rows}."""
-    runs = []
-    for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
-        out = run_python("-m", "wandb", "leet", "inspect", "--json", str(path), timeout=120, check=True).stdout
-        records = [json.loads(line) for line in out.splitlines() if line.strip()]
-        run = next(r["run"] for r in records if r["type"] == "run")
-        runs.append({"run": run, "history": [r["history"]["item"] for r in records if r["type"] == "history"]})
-    return runs
+    """Each offline run under folder/wandb, read by wandb's own reader (see `wandb_run`)."""
+    return [wandb_run(path) for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))]
+
+
+def wandb_run(path: Path) -> dict:
+    """{"run": its run record, "history": the logged rows} of one offline run's .wandb file."""
+    out = run_python("-m", "wandb", "leet", "inspect", "--json", str(path), timeout=120, check=True).stdout
+    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    run = next(r["run"] for r in records if r["type"] == "run")
+    return {"run": run, "history": [r["history"]["item"] for r in records if r["type"] == "history"]}
 
 
 def wandb_values(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
@@ -98,6 +100,32 @@ def test_pretrain_logs_metrics_jsonl_to_tensorboard_and_wandb(tmp_path, wandb_of
     assert wandb_values(wb["history"]) == expected  # train and eval lines of a step are one W&B row
     config = {k: v for k, v in wb["run"]["config"]["update"].items() if not k.startswith("_")}
     assert config == to_dict(read_config(run / "config.yaml")) and wb["run"]["display_name"] == "run"
+
+
+def test_a_resumed_run_logs_each_step_once(tmp_path, wandb_offline):
+    """Killed after logging past its last checkpoint and resumed, a run logs those steps again: TensorBoard must
+    then hold each step once (the killed session's events past the checkpoint purged, as metrics.jsonl is
+    trimmed), and W&B must continue the same run."""
+    run = tmp_path / "run"
+    args = ["pretrain", "--config", "tiny", "--out", str(run), "--max-steps", "12", "--save-every", "3",
+            "--eval-every", "4", "--log-every", "2", "--batch-size", "4", "--set", "train.eval_batches=1",
+            "--device", "cpu", "--tensorboard", "--wandb", "--resume", "auto"]  # fmt: skip
+    killed = run_python("-m", "electra.cli", *args, env={ENV: "evaluate@2"})  # after step 8's evaluation is logged
+    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    assert max(s for pairs in tensorboard_values(run / "tensorboard").values() for s, _ in pairs) == 8  # past step 6
+    assert cli_main(args) == 0
+    expected = jsonl_values(run / "metrics.jsonl")
+    assert [s for s, _ in expected["mlm_loss"]] == [2, 4, 6, 8, 10, 12]
+    assert tensorboard_values(run / "tensorboard") == as_float32(expected)
+
+    run_id = (run / "wandb" / "run_id").read_text().strip()
+    sessions = sorted(run.glob("wandb/offline-run-*"))  # offline-run-TIME-ID: one per session, the same W&B run
+    assert len(sessions) == 2 and all(d.name.endswith(f"-{run_id}") for d in sessions)
+    # what the killed session logged may not have reached its file (W&B buffers); the resumed one logs from step 7
+    resumed = wandb_run(sessions[1] / f"run-{run_id}.wandb")
+    assert resumed["run"]["run_id"] == run_id
+    after_checkpoint = {k: [(s, v) for s, v in pairs if s > 6] for k, pairs in expected.items()}
+    assert wandb_values(resumed["history"]) == {k: pairs for k, pairs in after_checkpoint.items() if pairs}
 
 
 def test_non_finite_values_are_null_in_metrics_jsonl_and_absent_from_the_trackers(tmp_path, wandb_offline):
