@@ -154,9 +154,7 @@ def _storm(args: list[str], moments: list[tuple[str, object]], started, span: fl
     for kind, value in moments:
         proc = start_cli(*args, env={ENV: value} if kind == "failpoint" else None, stderr=subprocess.PIPE)
         if kind == "timed":
-            deadline = time.time() + timeout
-            while proc.poll() is None and not started(proc.pid) and time.time() < deadline:
-                time.sleep(0.01)
+            _wait_until_started(proc, started, timeout)
             time.sleep(float(value) * span)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -171,12 +169,17 @@ def _storm(args: list[str], moments: list[tuple[str, object]], started, span: fl
     return outcomes
 
 
-def _measure_span(args: list[str], started, timeout: float = 300) -> float:
-    """Run `electra ARGS` once, uninterrupted, and return the seconds from `started(pid)` to its clean exit."""
-    proc = start_cli(*args, stderr=subprocess.PIPE)
+def _wait_until_started(proc: subprocess.Popen, started, timeout: float) -> None:
+    """Poll until `started(pid)` says the process is working (or it ended, or `timeout` passed)."""
     deadline = time.time() + timeout
     while proc.poll() is None and not started(proc.pid) and time.time() < deadline:
         time.sleep(0.01)
+
+
+def _measure_span(args: list[str], started, timeout: float = 300) -> float:
+    """Run `electra ARGS` once, uninterrupted, and return the seconds from `started(pid)` to its clean exit."""
+    proc = start_cli(*args, stderr=subprocess.PIPE)
+    _wait_until_started(proc, started, timeout)
     begin = time.time()
     _, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err.decode()[-2000:]
@@ -191,6 +194,19 @@ def _holds_lock(folder: Path):
             return json.loads(lock.read_text()).get("pid") == pid
         except (OSError, ValueError):
             return False
+
+    return started
+
+
+def _claimed_a_run(sweep: Path):
+    def started(pid: int) -> bool:  # the process has claimed a GLUE run: it is fine-tuning
+        for claim in sweep.glob("runs/*/*/claim"):
+            try:
+                if json.loads(claim.read_text()).get("pid") == pid:
+                    return True
+            except (OSError, ValueError):
+                pass
+        return False
 
     return started
 
@@ -271,27 +287,16 @@ def test_glue_sweep_kill_storm(glue_world, tmp_path):
                 "rte,wnli", "--seeds", "6", "--max-steps", "8", "--batch-size", "4", "--out", str(out),
                 "--no-progress"]  # fmt: skip
 
-    def claimed(out: Path):
-        def started(pid: int) -> bool:  # the process has claimed a run: it is fine-tuning
-            for claim in out.glob("runs/*/*/claim"):
-                try:
-                    if json.loads(claim.read_text()).get("pid") == pid:
-                        return True
-                except (OSError, ValueError):
-                    pass
-            return False
-
-        return started
-
     straight, out = tmp_path / "straight", tmp_path / "stormed"
-    span = _measure_span(args(straight), claimed(straight))
+    span = _measure_span(args(straight), _claimed_a_run(straight))
     failpoints = ["write_atomic:result.json@1", "write_atomic:result.json@2", "write_atomic:results.json@1",
                   "write_atomic:sweep.json@1", "write_atomic:results.md@1"]  # fmt: skip
 
     def progress() -> str:
         return f"{len(list(out.glob('runs/*/*/result.json')))} of 12 runs finished"
 
-    assert len(_storm(args(out), storm_schedule(99, failpoints, n=10), claimed(out), span, progress=progress)) == 10
+    moments = storm_schedule(99, failpoints, n=10)
+    assert len(_storm(args(out), moments, _claimed_a_run(out), span, progress=progress)) == 10
     run_cli(*args(out), check=True)
     assert json.loads((out / "results.json").read_text()) == json.loads((straight / "results.json").read_text())
     assert (out / "results.json").read_bytes() == (straight / "results.json").read_bytes()

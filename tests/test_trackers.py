@@ -19,7 +19,7 @@ from electra.config import FinetuneConfig, to_dict
 from electra.faults import ENV
 from electra.monitor import open_loggers, write_metrics
 from tests.glue_fixtures import make_run, write_glue
-from tests.helpers import KILLED, cli_main, run_python
+from tests.helpers import KILLED, cli_main, run_cli, run_python
 
 pytestmark = pytest.mark.slow  # W&B's service process, and its reader in a child (`python -m wandb`)
 
@@ -110,7 +110,7 @@ def test_a_resumed_run_logs_each_step_once(tmp_path, wandb_offline):
     args = ["pretrain", "--config", "tiny", "--out", str(run), "--max-steps", "12", "--save-every", "3",
             "--eval-every", "4", "--log-every", "2", "--batch-size", "4", "--set", "train.eval_batches=1",
             "--device", "cpu", "--tensorboard", "--wandb", "--resume", "auto"]  # fmt: skip
-    killed = run_python("-m", "electra.cli", *args, env={ENV: "evaluate@2"})  # after step 8's evaluation is logged
+    killed = run_cli(*args, env={ENV: "evaluate@2"})  # after step 8's evaluation is logged
     assert killed.returncode == KILLED, killed.stderr[-2000:]
     assert max(s for pairs in tensorboard_values(run / "tensorboard").values() for s, _ in pairs) == 8  # past step 6
     assert cli_main(args) == 0
