@@ -56,6 +56,10 @@ class ModelConfig:
     generator_num_heads: int | None = None
     generator_intermediate_size: int | None = None
     max_position_embeddings: int = 512
+    position_embedding: Literal["learned", "rotary"] = "learned"
+    """learned: a trained table added to the word embeddings (BERT, OFF); rotary: no table, queries and keys are
+    rotated by their position in every attention layer (RoFormer, Su et al. 2021), as transformers' RoFormer
+    computes it. Small CPU runs with learned positions stay on the token-frequency plateau (docs/results.md)."""
     type_vocab_size: int = 2
     dropout: float = 0.1
     """Dropout on hidden states (embeddings, attention output, FFN output)."""
@@ -433,6 +437,9 @@ def validate(cfg: PretrainConfig) -> None:
         (lambda: m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads"),
         (lambda: m.generator.hidden_size % m.generator.num_heads == 0,
          "generator hidden size must divide by its heads (model.generator_fraction, model.generator_num_heads)"),
+        (lambda: m.position_embedding != "rotary" or all(
+            (z.hidden_size // z.num_heads) % 2 == 0 for z in (m.discriminator, m.generator)),
+         "rotary positions rotate pairs of features: every head size (hidden / heads) must be even"),
         (lambda: d.seq_len <= m.max_position_embeddings, "data.seq_len exceeds model.max_position_embeddings"),
         (lambda: cfg.num_mask_slots >= 1, "objective.mask_prob leaves no masked slot at this data.seq_len"),
         # a repeated draw's slot moves to a free position (masking.py): N of them must remain besides the k drawn

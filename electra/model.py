@@ -43,24 +43,52 @@ class Dropout(nn.Dropout):
 
 
 class Embeddings(nn.Module):
-    """Word + position + token-type embeddings -> LayerNorm -> dropout; shared by generator and discriminator."""
+    """Word + position + token-type embeddings -> LayerNorm -> dropout; shared by generator and discriminator.
+    With rotary positions there is no position table: positions enter in attention (`RotaryPositions`), as in
+    transformers' RoFormerEmbeddings."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.embedding_size)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.embedding_size)
+        if cfg.position_embedding == "learned":
+            self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.embedding_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.embedding_size)
         self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        T = input_ids.shape[1]
-        x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:T]  # (B, T, E)
+        x = self.word_embeddings(input_ids)  # (B, T, E)
+        if hasattr(self, "position_embeddings"):
+            x = x + self.position_embeddings.weight[: input_ids.shape[1]]
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
             x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
+
+
+class RotaryPositions(nn.Module):
+    """Rotary position embedding (RoFormer, Su et al. 2021, section 3.4.2), computed as transformers' RoFormer
+    does: each pair of query/key features (2i, 2i+1) of a head is rotated by the angle t * 10000^(-2i/d) at
+    position t, so q.k depends on the positions only through their difference. Tables are fixed, not learned
+    (non-persistent buffers: no weights in the checkpoint)."""
+
+    def __init__(self, head_dim: int, max_positions: int):
+        super().__init__()
+        inv_freq = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (d/2,)
+        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq  # (P, d/2), float64 as HF
+        self.register_buffer("cos", angles.cos().float().repeat_interleave(2, -1), persistent=False)  # (P, d)
+        self.register_buffer("sin", angles.sin().float().repeat_interleave(2, -1), persistent=False)
+
+    def forward(self, T: int) -> tuple[Tensor, Tensor]:
+        return self.cos[:T], self.sin[:T]  # (T, d) each
+
+
+def rotate(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    """(B, nh, T, d) queries or keys rotated pairwise: x * cos + (-x_{2i+1}, x_{2i}) * sin."""
+    cos, sin = (t.to(x.dtype) for t in rope)
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return x * cos + rotated * sin
 
 
 class SelfAttention(nn.Module):
@@ -73,10 +101,12 @@ class SelfAttention(nn.Module):
         self.value = nn.Linear(H, H)
         self.dropout_p = cfg.attention_dropout
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
         B, T, H = x.shape
         shape = (B, T, self.num_heads, H // self.num_heads)
         q, k, v = (proj(x).view(shape).transpose(1, 2) for proj in (self.query, self.key, self.value))  # (B, nh, T, hd)
+        if rope is not None:
+            q, k = rotate(q, rope), rotate(k, rope)
         if self.training and self.dropout_p > 0 and x.device.type == "cpu":
             y = _attention_with_cheap_dropout(q, k, v, mask, self.dropout_p)
         else:
@@ -115,8 +145,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(size, cfg)
         self.output = Output(size.hidden_size, size, cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.output(self.self(x, mask), x)
+    def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        return self.output(self.self(x, mask, rope), x)
 
 
 class Intermediate(nn.Module):
@@ -135,8 +165,8 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(size)
         self.output = Output(size.intermediate_size, size, cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        x = self.attention(x, mask)
+    def forward(self, x: Tensor, mask: Tensor | None, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        x = self.attention(x, mask, rope)
         return self.output(self.intermediate(x), x)
 
 
@@ -144,10 +174,14 @@ class Encoder(nn.Module):
     def __init__(self, size: EncoderSize, cfg: ModelConfig):
         super().__init__()
         self.layer = nn.ModuleList(Layer(size, cfg) for _ in range(size.num_layers))
+        rotary = cfg.position_embedding == "rotary"  # one table per stack: generator and discriminator heads differ
+        head_dim = size.hidden_size // size.num_heads
+        self.rotary = RotaryPositions(head_dim, cfg.max_position_embeddings) if rotary else None
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        rope = None if self.rotary is None else self.rotary(x.shape[1])
         for layer in self.layer:
-            x = layer(x, mask)
+            x = layer(x, mask, rope)
         return x
 
 

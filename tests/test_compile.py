@@ -39,7 +39,11 @@ def _loss_and_grads(model, fn, batch):
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("overrides", [NO_DROPOUT, []], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize(
+    "overrides",
+    [NO_DROPOUT, [], [*NO_DROPOUT, "model.position_embedding=rotary"]],
+    ids=["no-dropout", "dropout", "rotary"],
+)
 def test_training_forward_has_no_graph_breaks(overrides):
     torch._dynamo.reset()
     model, loss_fn, batch = _setup(overrides)

@@ -107,3 +107,86 @@ def test_not_a_model_folder_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(HFConversionError, match="not 'electra'"):
         from_hf(tmp_path, tmp_path)
+
+
+# -- rotary positions: transformers' RoFormer ---------------------------------------------------------------------
+
+
+def perturbed(model):
+    """Away from the init so every weight matters (RoFormer's fixed sinusoid table stays what it is)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.endswith("embed_positions.weight"):
+                p.add_(torch.randn_like(p) * 0.05)
+    return model.eval()
+
+
+def test_rotary_model_exports_as_roformer_with_equal_outputs_and_imports_back(tmp_path):
+    from transformers import RoFormerForMaskedLM, RoFormerModel
+
+    from electra.hf_compat import DISC_HEAD_FILE
+    from electra.model import attention_bias
+
+    torch.manual_seed(0)
+    model = perturbed(tiny_model(position_embedding="rotary"))
+    to_hf(model, tmp_path)
+    gen, info_g = RoFormerForMaskedLM.from_pretrained(tmp_path / "generator", output_loading_info=True)
+    disc, info_d = RoFormerModel.from_pretrained(tmp_path / "discriminator", output_loading_info=True)
+    for info in (info_d, info_g):
+        assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert (tmp_path / "discriminator" / DISC_HEAD_FILE).exists()
+    ids, attention, types = inputs()
+    with torch.no_grad():
+        assert_same_logits(
+            gen.eval()(ids, attention, types).logits, model.generator_logits(ids, attention, types), attention
+        )
+        ours_h = model.discriminator.electra(model.embeddings(ids, types), attention_bias(attention))
+        theirs_h = disc.eval()(ids, attention_mask=attention, token_type_ids=types).last_hidden_state
+        assert_same_logits(ours_h, theirs_h, attention)
+    back = from_hf(tmp_path / "discriminator", tmp_path / "generator")
+    assert back.cfg.position_embedding == "rotary"
+    for (name, a), b in zip(model.state_dict().items(), back.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    body, cfg, _ = load_discriminator(tmp_path)  # fine-tuning starts from the RoFormerModel folder
+    with torch.no_grad():
+        assert_same_logits(body.eval()(ids, attention, types), ours_h, attention)
+    (tmp_path / "discriminator" / DISC_HEAD_FILE).unlink()
+    with pytest.raises(HFConversionError, match=DISC_HEAD_FILE):
+        from_hf(tmp_path / "discriminator", tmp_path / "generator")
+
+
+def test_rotary_mlm_baseline_exports_as_roformer_for_masked_lm(tmp_path):
+    from transformers import RoFormerForMaskedLM
+
+    from electra.hf_compat import masked_lm_from_hf
+    from electra.model import MaskedLMForPretraining
+    from tests.helpers import tiny_model_config
+
+    torch.manual_seed(1)
+    model = perturbed(MaskedLMForPretraining(tiny_model_config(position_embedding="rotary")))
+    to_hf(model, tmp_path)
+    hf, info = RoFormerForMaskedLM.from_pretrained(tmp_path / "masked_lm", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ids, attention, types = inputs()
+    with torch.no_grad():
+        assert_same_logits(hf.eval()(ids, attention, types).logits, model.generator_logits(ids, attention, types),
+                           attention)  # fmt: skip
+    back = masked_lm_from_hf(tmp_path / "masked_lm")
+    for (name, a), b in zip(model.state_dict().items(), back.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_roformer_made_by_transformers_fine_tunes_as_our_body(tmp_path):
+    """A RoFormer folder we did not write (transformers' own init, saved with save_pretrained) loads as the
+    fine-tuning body with equal hidden states."""
+    from transformers import RoFormerConfig, RoFormerForMaskedLM
+
+    torch.manual_seed(2)
+    hf = RoFormerForMaskedLM(RoFormerConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, **SHARED))
+    perturbed(hf).save_pretrained(tmp_path)
+    body, cfg, _ = load_discriminator(tmp_path)
+    assert cfg.position_embedding == "rotary" and cfg.embedding_size == 24
+    ids, attention, types = inputs()
+    with torch.no_grad():
+        theirs = hf.roformer(ids, attention_mask=attention, token_type_ids=types).last_hidden_state
+        assert_same_logits(body.eval()(ids, attention, types), theirs, attention)

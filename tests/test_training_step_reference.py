@@ -7,15 +7,22 @@ the generator's input, the corrupted input, the labels and the losses itself, in
 (run_pretraining.py _get_masked_lm_output, _get_fake_data, _get_discriminator_output): the MLM loss is the mean
 cross-entropy over real slots, a sampled token equal to the original counts as original, and the discriminator
 loss is the mean BCE over non-pad tokens, [CLS] and [SEP] included; total = 1 x MLM + 50 x discriminator.
+
+With rotary positions the reference is transformers' RoFormer: RoFormerForMaskedLM as the generator, and
+RoFormerModel under the replaced-token head that `to_hf` writes beside it (transformers has no RoFormer class
+with that head).
 """
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import ElectraForMaskedLM, ElectraForPreTraining
+from safetensors.torch import load_file
+from transformers import ElectraForMaskedLM, ElectraForPreTraining, RoFormerForMaskedLM, RoFormerModel
 
 from electra.config import ObjectiveConfig
-from electra.hf_compat import to_hf
+from electra.hf_compat import DISC_HEAD_FILE, to_hf
 from electra.masking import sample_replacements
 from electra.model import ElectraForPretraining
 from tests.helpers import MASK, SPECIAL, masked, random_batch, tiny_model_config
@@ -27,45 +34,84 @@ OBJECTIVES = {
     "off": ObjectiveConfig(),
     "study": ObjectiveConfig(replace="masked", disc_on_special=False),
     "without_replacement": ObjectiveConfig(position_sampling="without_replacement"),
+    "rotary": ObjectiveConfig(),  # OFF's objective on a model with rotary positions (RoFormer's)
 }
 
 
-def models(objective: ObjectiveConfig, tmp_path):
+class RoFormerDiscriminator(torch.nn.Module):
+    """transformers' RoFormerModel, then the replaced-token head Linear(H, H) -> GELU -> Linear(H, 1) (OFF
+    run_pretraining.py _get_discriminator_output) with the weights of the head file."""
+
+    def __init__(self, folder):
+        super().__init__()
+        self.roformer = RoFormerModel.from_pretrained(folder)
+        head = load_file(folder / DISC_HEAD_FILE)
+        self.dense = torch.nn.Linear(*head["discriminator_predictions.dense.weight"].shape[::-1])
+        self.dense_prediction = torch.nn.Linear(self.dense.out_features, 1)
+        for name, value in head.items():
+            self.get_parameter(name.removeprefix("discriminator_predictions.")).data.copy_(value)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        h = self.roformer(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return SimpleNamespace(logits=self.dense_prediction(F.gelu(self.dense(h.last_hidden_state))).squeeze(-1))
+
+
+def models(objective: ObjectiveConfig, tmp_path, position: str = "learned"):
     """Ours, away from its init so that every weight matters, and the same weights in transformers."""
     torch.manual_seed(0)
-    ours = ElectraForPretraining(tiny_model_config(), objective)  # fp32, dropout 0
+    ours = ElectraForPretraining(tiny_model_config(position_embedding=position), objective)  # fp32, dropout 0
     with torch.no_grad():
         for p in ours.parameters():
             p.add_(torch.randn_like(p) * 0.05)
         # the generator favours the tokens the batch is made of, so some samples equal the original token
         ours.generator.lm_head_bias[LIKELY] += 4.0
     to_hf(ours, tmp_path)
-    disc = ElectraForPreTraining.from_pretrained(tmp_path / "discriminator").float().eval()
-    gen = ElectraForMaskedLM.from_pretrained(tmp_path / "generator").float().eval()
-    assert gen.generator_lm_head.weight is gen.electra.embeddings.word_embeddings.weight  # tied in the reference
+    if position == "rotary":
+        disc = RoFormerDiscriminator(tmp_path / "discriminator").float().eval()
+        gen = RoFormerForMaskedLM.from_pretrained(tmp_path / "generator").float().eval()
+        assert gen.cls.predictions.decoder.weight is gen.roformer.embeddings.word_embeddings.weight
+    else:
+        disc = ElectraForPreTraining.from_pretrained(tmp_path / "discriminator").float().eval()
+        gen = ElectraForMaskedLM.from_pretrained(tmp_path / "generator").float().eval()
+        assert gen.generator_lm_head.weight is gen.electra.embeddings.word_embeddings.weight  # tied in the reference
     return ours.train(), disc, gen
 
 
-def hf_name(ours: str) -> list[tuple[str, str]]:
-    """(model, parameter) in transformers for one of our parameters; the shared embeddings live in both."""
-    if ours.startswith("embeddings."):
-        return [("disc", "electra." + ours), ("gen", "electra." + ours)]
-    for prefix, which, theirs in [
+HF_NAMES = {  # (our prefix, reference model, its prefix); the shared embeddings live in both models
+    "learned": [
+        ("embeddings.", "disc", "electra.embeddings."),
+        ("embeddings.", "gen", "electra.embeddings."),
         ("generator.electra.", "gen", "electra."),
         ("generator.generator_predictions.", "gen", "generator_predictions."),
         ("generator.lm_head_bias", "gen", "generator_lm_head.bias"),
         ("discriminator.electra.", "disc", "electra."),
         ("discriminator.discriminator_predictions.", "disc", "discriminator_predictions."),
-    ]:
-        if ours.startswith(prefix):
-            return [(which, theirs + ours[len(prefix) :])]
-    raise AssertionError(f"no transformers counterpart for {ours}")
+    ],
+    "rotary": [
+        ("embeddings.", "disc", "roformer.embeddings."),
+        ("embeddings.", "gen", "roformer.embeddings."),
+        ("generator.electra.", "gen", "roformer."),
+        ("generator.generator_predictions.", "gen", "cls.predictions.transform."),
+        ("generator.lm_head_bias", "gen", "cls.predictions.bias"),
+        ("discriminator.electra.", "disc", "roformer."),
+        ("discriminator.discriminator_predictions.", "disc", ""),
+    ],
+}
+
+
+def hf_name(ours: str, position: str) -> list[tuple[str, str]]:
+    """(model, parameter) in the reference for one of our parameters."""
+    pairs = [(which, theirs + ours[len(prefix) :]) for prefix, which, theirs in HF_NAMES[position]
+             if ours.startswith(prefix)]  # fmt: skip
+    assert pairs, f"no transformers counterpart for {ours}"
+    return pairs
 
 
 @pytest.mark.parametrize("variant", sorted(OBJECTIVES))
 def test_training_step_equals_the_transformers_reference(variant, tmp_path):
     objective = OBJECTIVES[variant]
-    ours, disc, gen = models(objective, tmp_path)
+    position = "rotary" if variant == "rotary" else "learned"
+    ours, disc, gen = models(objective, tmp_path, position)
     ids, attention, types = random_batch(B=6, T=48, vocab=13, pad_from=[48, 40, 33, 48, 21, 45])
     m = masked(ids, attention, objective)  # the shared random decisions
     B, N = m.positions.shape
@@ -122,12 +168,14 @@ def test_training_step_equals_the_transformers_reference(variant, tmp_path):
     torch.testing.assert_close(out.disc_loss, disc_loss, **TOL, msg="discriminator loss")
     torch.testing.assert_close(out.loss, loss, **TOL, msg="total loss")
 
-    theirs = {"disc": dict(disc.named_parameters()), "gen": dict(gen.named_parameters())}
+    # (RoFormer's sinusoid table is fixed by design, not a weight we train: nothing to compare)
+    theirs = {"disc": {n: p for n, p in disc.named_parameters() if not n.endswith("embed_positions.weight")},
+              "gen": {n: p for n, p in gen.named_parameters() if not n.endswith("embed_positions.weight")}}  # fmt: skip
     used = set()
     for name, p in ours.named_parameters():
-        pairs = hf_name(name)
+        pairs = hf_name(name, position)
         used.update(pairs)
         expected = sum(theirs[which][n].grad for which, n in pairs)  # the shared embeddings get both models' grads
         torch.testing.assert_close(p.grad, expected, **TOL, msg=f"gradient of {name}")
-    # every transformers parameter has its counterpart (the tied generator_lm_head.weight is the word table)
+    # every transformers parameter has its counterpart (the tied output weight is the word table)
     assert used == {(which, n) for which, params in theirs.items() for n in params}
