@@ -165,6 +165,10 @@ class TrainConfig:
     schedule: Literal["original", "study"] = "original"
     """original: linear decay from step 0 times a linear warmup (OFF); study: warmup then linear decay (RC)."""
     warmup_steps: int = 10_000
+    decay_steps: int | None = None
+    """Where the schedule reaches lr 0; None: at max_steps (OFF). Set past max_steps, a short run trains at the
+    learning rates of the first steps of a longer one (e.g. 1000 steps of a 4000-step schedule), instead of
+    decaying to 0 within its own length."""
     weight_decay: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.999
@@ -425,6 +429,7 @@ def validate(cfg: PretrainConfig) -> None:
         *[(f"train.{k}", getattr(t, k), getattr(t, k) >= 1, ">= 1") for k in (
             "log_every", "eval_every", "eval_batches", "save_every", "max_nonfinite", "collapse_patience")],
         ("train.keep_last", t.keep_last, t.keep_last >= 0, ">= 0 (0 keeps every checkpoint)"),
+        ("train.decay_steps", t.decay_steps, t.decay_steps is None or t.decay_steps >= 1, ">= 1 (or null)"),
     ]  # fmt: skip
     for key, value, ok, requirement in ranges:
         if not ok:

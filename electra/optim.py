@@ -133,7 +133,7 @@ def scheduled_lr(base: float, step: int, total: int, warmup: float, schedule: Li
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
     """The pretraining learning rate for the update made at `step` (0-based)."""
-    return scheduled_lr(cfg.lr, step, cfg.max_steps, cfg.warmup_steps, cfg.schedule)
+    return scheduled_lr(cfg.lr, step, cfg.decay_steps or cfg.max_steps, cfg.warmup_steps, cfg.schedule)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -73,6 +73,14 @@ def test_study_schedule_is_warmup_then_linear_decay():
     assert learning_rate(1_000_000, cfg) == 0.0
 
 
+@pytest.mark.parametrize("schedule", ["original", "study"])
+def test_decay_steps_past_max_steps_runs_the_first_steps_of_the_longer_schedule(schedule):
+    short = TrainConfig(lr=1e-3, max_steps=1000, decay_steps=4000, warmup_steps=200, schedule=schedule)
+    full = TrainConfig(lr=1e-3, max_steps=4000, warmup_steps=200, schedule=schedule)
+    assert [learning_rate(s, short) for s in range(0, 1001, 50)] == [learning_rate(s, full) for s in range(0, 1001, 50)]
+    assert learning_rate(999, short) > 0.7e-3  # not decayed to 0 at the run's own end
+
+
 @pytest.mark.parametrize("name", ["adam", "adamw"])
 def test_a_skipped_step_changes_nothing_and_a_resumed_one_matches(name):
     model = nn.Linear(4, 3)

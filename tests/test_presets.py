@@ -130,7 +130,7 @@ def value(cfg, dotted: str):
 
 
 def test_every_preset_is_covered():
-    assert set(preset_names()) == {*EXPECTED, "tiny"}
+    assert set(preset_names()) == {*EXPECTED, "tiny", "cpu"}
 
 
 @pytest.mark.parametrize("preset", sorted(EXPECTED))
@@ -152,3 +152,18 @@ def test_tiny_is_small_scaled_down_with_offs_objective():
     for key in ("model.init", "train.optimizer", "train.schedule", "train.eps", "train.weight_decay",
                 "train.grad_clip", "model.dropout", "model.layer_norm_eps"):  # fmt: skip
         assert value(cfg, key) == SMALL[key], key
+
+
+def test_cpu_is_tiny_with_rotary_positions_a_wider_generator_and_real_text_sizes():
+    """cpu is ours too (chosen by measurement, docs/results.md): OFF's objective and optimiser, tiny's encoder,
+    and only the differences it was chosen for."""
+    cpu, tiny = load_config("cpu"), load_config("tiny")
+    assert cpu.objective == ObjectiveConfig()
+    assert cpu.model.position_embedding == "rotary" and tiny.model.position_embedding == "learned"
+    g = cpu.model.generator
+    assert (g.hidden_size, g.num_heads, g.intermediate_size) == (32, 1, 128)  # 1/2
+    assert (cpu.model.vocab_size, cpu.data.seq_len, cpu.train.batch_size) == (4096, 128, 16)
+    for key in ("model.hidden_size", "model.num_layers", "model.num_heads", "model.intermediate_size",
+                "model.embedding_size", "model.init", "model.dropout", "train.lr", "train.optimizer",
+                "train.schedule", "train.weight_decay", "train.grad_clip"):  # fmt: skip
+        assert value(cpu, key) == value(tiny, key), key
