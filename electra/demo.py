@@ -19,6 +19,7 @@ shown; the report's gate says which pretraining runs learned.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from electra.config import load_config
 from electra.flops import off_train_flops
 from electra.results import collect, common_tasks, gate, task_mean
 from electra.study import StudySpec, run_study, vocabulary_size
+from electra.verdicts import compare
 
 ELECTRA_STEPS = 2000  # the budget: the FLOPs of this many steps of the ELECTRA setting; MLM gets more, cheaper steps
 SEEDS = [0, 1, 2]
@@ -93,26 +95,33 @@ def _tasks(glue_dir: str | None, out: Path) -> str:
 
 
 def print_verdict(study: Path) -> None:
-    """What the report says, in plain words: which pretraining learned, and whether it beat no pretraining."""
+    print("\n".join(verdict_lines(study)))
+
+
+NO_HELP = "pretraining did NOT help (no pretraining is better)"
+
+
+def verdict_lines(study: Path) -> list[str]:
+    """What the report allows one to say, in plain words (electra/verdicts.py): whether each pretraining beat no
+    pretraining and whether ELECTRA beat MLM, only where the difference exceeds the seeds' spread on tasks above
+    chance level; with the gate's word where a pretraining run never learned."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
-    means = {e.name: task_mean(e.glue, tasks) for e in entries}
-    base = means.get("none")
-    print(f"\n== verdict (mean over {', '.join(Path(t).name for t in tasks)}; each task's median over seeds)")
+    by_name = {e.name: e for e in entries}
+    lines = [f"\n== verdict (each task's median over seeds, on {', '.join(Path(t).name for t in tasks)})"]
+    base = by_name.get("none")
     for e in entries:
-        if e.name == "none" or means[e.name] is None or base is None:
+        if e is base or base is None:
             continue
-        delta = means[e.name] - base
+        c = compare(e.name, e.glue, "none", base.glue, tasks)
+        line = f"   {e.name}: " + c.sentence("pretraining helped", NO_HELP)
         verdict = gate(e.pretrain)
-        helped = "helped" if delta > 0 else "did NOT help"
-        line = (
-            f"   {e.name}: {means[e.name]:.1f} vs {base:.1f} without pretraining ({delta:+.1f}): pretraining {helped}"
-        )
-        if not verdict.learned:
-            line += "; but its pretraining never left the plateau (" + "; ".join(verdict.reasons) + ")"
-        print(line)
-    electra = [n for n in means if n.startswith("electra") and means[n] is not None]
-    if "mlm" in means and means["mlm"] is not None and electra:
-        best = max(electra, key=lambda n: means[n])
-        word = "matches or beats" if means[best] >= means["mlm"] else "does NOT beat"
-        print(f"   at equal FLOPs, {best} ({means[best]:.1f}) {word} MLM ({means['mlm']:.1f})")
+        if verdict.learned is False:
+            line += "; its pretraining never left the plateau (" + "; ".join(verdict.reasons) + ")"
+        lines.append(line)
+    electra = [e for e in entries if e.name.startswith("electra") and e.glue]
+    if "mlm" in by_name and by_name["mlm"].glue and electra:
+        best = max(electra, key=lambda e: task_mean(e.glue, tasks) or -math.inf)
+        c = compare(best.name, best.glue, "mlm", by_name["mlm"].glue, tasks)
+        lines.append("   at equal FLOPs: " + c.sentence("ELECTRA beats MLM", "ELECTRA does NOT beat MLM"))
+    return lines

@@ -29,6 +29,7 @@ from electra.results import (
     task_mean,
     task_scores,
 )
+from electra.verdicts import compare
 
 # -- the report ------------------------------------------------------------------------------------------------
 
@@ -88,6 +89,7 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             f"| {e.name} | {kind} | {e.judge().describe()} | {_fmt(mean)} | "
             f"{'–' if delta is None else f'{delta:+.2f}'} |"
         )
+    lines += _verdicts(entries, baseline, tasks)
     never = [e.name for e in entries if e.judge().learned is False]
     if never:
         lines += [
@@ -96,6 +98,34 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             "these GLUE scores say nothing about the objective, only that this setting did not train it.",
         ]
     return lines + [""]
+
+
+def _verdicts(entries: list[Entry], baseline: Entry | None, tasks: list[str]) -> list[str]:
+    """What the numbers allow one to say (electra/verdicts.py), and a word on a baseline that beats pretraining."""
+    pretrained = [e for e in entries if e.glue and not e.baseline]
+    if not tasks or (baseline is None and len(pretrained) < 2):
+        return []
+    lines = ["", "**Verdicts** (a difference counts when it exceeds twice the seeds' standard error, on tasks above "
+             "chance level; electra/verdicts.py):", ""]  # fmt: skip
+    beaten = []
+    for e in pretrained if baseline is not None else []:
+        c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks)
+        lines.append(f"- {c.sentence('pretraining helped', 'pretraining did NOT help')}.")
+        if c.b_better:
+            beaten.append(e.name)
+    electra = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "electra"]
+    mlm = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "mlm"]
+    for a in electra:
+        for b in mlm:
+            c = compare(a.name, a.glue, b.name, b.glue, tasks)
+            lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
+    if beaten:
+        lines += ["", f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "
+                  "than these pretrained ones: at this budget pretraining has not yet learned what the tasks need, "
+                  "or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column and "
+                  "the training dynamics). These numbers are evidence against this budget, not against the "
+                  "objective."]  # fmt: skip
+    return lines
 
 
 def _glue_section(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:

@@ -307,6 +307,16 @@ def task_scores(results: dict) -> dict[str, tuple[float, float, float]]:
     return out
 
 
+def task_stats(results: dict) -> dict[str, dict]:
+    """task -> the paper's metric's statistics over seeds (median, mean, std, min, max, n), from results.json."""
+    out = {}
+    for task, entry in results.get("tasks", {}).items():
+        s = entry["metrics"].get(TASK_METRIC.get(task) or next(iter(entry["metrics"])))
+        if s is not None:
+            out[task] = s
+    return out
+
+
 def task_mean(results: dict | None, tasks: list[str]) -> float | None:
     """Mean over `tasks` of each task's median (None unless every task has a result)."""
     if results is None:
