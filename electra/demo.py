@@ -42,7 +42,7 @@ PRETRAIN = ["train.eval_every=500", "train.log_every=100", "train.save_every=100
 
 
 def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None, electra_steps: int = ELECTRA_STEPS,
-         seeds: list[int] | None = None, finetune_steps: int | None = None) -> Path:  # fmt: skip
+         seeds: list[int] | None = None, finetune_steps: int | None = None, progress: bool = True) -> Path:  # fmt: skip
     """Run the toy study into `out` (replaced if it exists); returns the report folder. `finetune_steps` caps each
     fine-tuning run (for quick checks; the demo itself runs each task's full recipe)."""
     out = Path(out)
@@ -60,7 +60,7 @@ def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None
         out=str(out / "study"), base="tiny", overrides=PRETRAIN, settings=SETTINGS, budget=f"flops={budget!r}",
         data=data, tasks=tasks, glue_dir=glue_dir, seeds=list(seeds or SEEDS), parallel=2,
         finetune_overrides=[f"finetune.max_steps={finetune_steps}"] if finetune_steps else [],
-        description="`make demo`: the study at toy scale (electra/demo.py).",
+        description="`make demo`: the study at toy scale (electra/demo.py).", progress=progress,
     )  # fmt: skip
     report = run_study(spec)
     print_verdict(Path(spec.out))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from electra import figures
+from electra import figures, wording
 from electra.files import write_atomic, write_json
 from electra.memory import backbone_parameters
 from electra.results import (
@@ -68,7 +68,7 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             lines += [study["description"], ""]
         steps = ", ".join(f"{s['name']}: {s['steps']:,}" for s in study.get("settings", []))
         lines += [
-            f"Budget per setting: {study.get('budget')} (optimizer steps: {steps}). Fine-tuned on "
+            f"Budget per setting: {wording.budget(str(study.get('budget')))} (optimizer steps: {steps}). Fine-tuned on "
             f"{', '.join(study.get('tasks', []))} with seeds {study.get('seeds')}. Code revision: "
             f"`{study.get('code_revision', 'unknown')}`.",
             "",

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from electra.config import ConfigError, PretrainConfig, load_config
 from electra.files import write_json
+from electra.wording import plural
 
 log = logging.getLogger("electra.study")
 
@@ -74,10 +75,12 @@ class StudySpec:
     loggers: list[str] = field(default_factory=list)
     """Trackers every pretraining and fine-tuning run also logs to (tensorboard, wandb), as `electra pretrain` and
     `electra glue` do: RUN/tensorboard, and one W&B run per pretraining run and per fine-tuning (task, seed)."""
+    progress: bool = True
+    """Progress bars (pretraining, and the fine-tuning phase's)."""
 
 
 # the fields that may change between a study's invocations without changing what it computes
-_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers")
+_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers", "progress")
 
 
 @dataclass
@@ -249,7 +252,7 @@ def pretrained(run: Path, steps: int) -> bool:
 
 
 def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int | None = None,
-                     loggers: tuple[str, ...] = ()) -> int:  # fmt: skip
+                     loggers: tuple[str, ...] = (), progress: bool = True) -> int:  # fmt: skip
     """One setting's pretraining (resumed from its checkpoints if it has any); `threads`: in a worker process,
     its share of the CPU cores."""
     import torch
@@ -261,7 +264,7 @@ def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int 
     if threads is not None:
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
-    meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers)
+    meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)
     return meta.step
 
 
@@ -300,7 +303,7 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
         for s, run in todo:
             print(f"== pretraining {s.name}: {s.steps} steps -> {run}", flush=True)
             step = _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device,
-                                    loggers=tuple(spec.loggers))  # fmt: skip
+                                    loggers=tuple(spec.loggers), progress=spec.progress)  # fmt: skip
             _stop_if_short(s, step)
         return
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -309,7 +312,7 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     print(f"== pretraining {len(todo)} settings, {workers} at a time ({threads} threads each)", flush=True)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads,
-                               tuple(spec.loggers)) for s, run in todo]  # fmt: skip
+                               tuple(spec.loggers), spec.progress) for s, run in todo]  # fmt: skip
         steps = [f.result() for f in futures]  # re-raises a worker's error
     for (s, _), step in zip(todo, steps, strict=True):
         _stop_if_short(s, step)
@@ -332,7 +335,7 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
     finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
     for s in settings:
         rdir = run_dir(spec, s)
-        print(f"== fine-tuning {s.name} on {spec.tasks} ({len(spec.seeds)} seeds)", flush=True)
+        print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
         result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=spec.tasks.split(","),
                                      glue_dir=spec.glue_dir, seeds=list(spec.seeds), finetune=finetune,
                                      recipe=spec.recipe, device=spec.device or "auto", num_workers=spec.parallel,

@@ -231,7 +231,7 @@ def test_a_pretraining_run_stopped_by_a_signal_stops_the_study(tmp_path, tasks, 
 
     calls = []
 
-    def stopped_early(cfg_dict, run, device, threads=None, loggers=()):
+    def stopped_early(cfg_dict, run, device, threads=None, loggers=(), progress=True):
         calls.append(run)
         return 3  # the step it stopped at, short of the budget
 
