@@ -34,6 +34,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 from electra.config import ConfigError, PretrainConfig, load_config
 from electra.files import write_json
 from electra.wording import plural
@@ -216,6 +218,13 @@ def fingerprint(spec: StudySpec) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def spec_differences(saved: dict, spec: StudySpec) -> list[str]:
+    """`key: saved -> asked` for each fingerprinted field a rerun changed."""
+    asked = dataclasses.asdict(spec)
+    return [f"{k}: {saved.get(k)!r} -> {asked[k]!r}" for k in asked
+            if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]]  # fmt: skip
+
+
 def run_dir(spec: StudySpec, setting: Setting) -> Path:
     return Path(spec.out) / "runs" / setting.name
 
@@ -229,7 +238,9 @@ def start(spec: StudySpec) -> list[Setting]:
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["fingerprint"] != fingerprint(spec):
-            raise ConfigError(f"{path}:1: this folder holds a study with other settings; use another --out")
+            changed = "; ".join(spec_differences(saved.get("spec", {}), spec)) or "the fingerprint's fields"
+            raise ConfigError(f"{path}:1: this folder holds a study with other settings ({changed}); use another "
+                              "--out, or the same options to continue it")  # fmt: skip
         return [Setting(**s["setting_state"]) for s in saved["settings"]]
     settings = grid(spec)
     assign_steps(spec, settings)
@@ -333,16 +344,22 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
     from electra.glue.sweep import SweepSpec, run_sweep
 
     finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    tasks = spec.tasks.split(",")
+    per_setting = len(tasks) * len(spec.seeds)
+    # one bar over the phase's runs, with tqdm's estimate of the time left (advanced as each setting's sweep ends)
+    bar = tqdm(total=len(settings) * per_setting, desc="fine-tuning", unit="run", disable=not spec.progress)
     for s in settings:
         rdir = run_dir(spec, s)
         print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
-        result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=spec.tasks.split(","),
+        result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=tasks,
                                      glue_dir=spec.glue_dir, seeds=list(spec.seeds), finetune=finetune,
                                      recipe=spec.recipe, device=spec.device or "auto", num_workers=spec.parallel,
                                      progress=False, loggers=list(spec.loggers)))  # fmt: skip
+        bar.update(per_setting)
         if not result.ok:
             log.warning("%s: some fine-tuning runs failed (%s); run the study again to retry them", s.name,
                         [f"{f['task']} seed {f['seed']}" for f in result.failed])  # fmt: skip
+    bar.close()
 
 
 def run_study(spec: StudySpec) -> Path:
@@ -350,10 +367,12 @@ def run_study(spec: StudySpec) -> Path:
     from electra.files import folder_lock
     from electra.monitor import check_trackers
     from electra.report import write_report
+    from electra.study_plan import make_plan, plan_lines
 
     check_trackers(spec.loggers)  # a missing tracker package fails now, not after the pretraining
     with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
         settings = start(spec)
+        print("\n".join(plan_lines(make_plan(spec, settings), spec.out)), flush=True)
         pretrain_all(spec, settings)
         finetune_all(spec, settings)
         return write_report([spec.out], Path(spec.out) / "report")
