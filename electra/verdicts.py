@@ -60,8 +60,8 @@ class Comparison:
         """`a_wins` / `b_wins` when the statistics allow it, else that nothing can be concluded, and why."""
         left_out = f" ({', '.join(self.at_chance)} left out: at chance level)" if self.at_chance and self.tasks else ""
         if not self.concluded:
-            numbers = f"{self.numbers()}{left_out}: " if self.delta is not None else ""
-            return f"{numbers}nothing can be concluded ({self.reason})"
+            numbers = f"{self.numbers()}{left_out}" if self.delta is not None else f"{self.a} vs {self.b}"
+            return f"{numbers}: nothing can be concluded ({self.reason})"
         return f"{a_wins if self.delta > 0 else b_wins}: {self.numbers()}{left_out}"
 
 

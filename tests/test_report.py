@@ -4,7 +4,16 @@ data each figure writes beside its PNG, never through pixels)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
+from electra.data.synthetic_tasks import write_synthetic_tasks
+from electra.flops import PFS_DAY, off_train_flops
 from electra.report import write_report
+from electra.results import gate, read_pretrain_run
+from electra.study import StudySpec, run_study
 from tests.helpers import fake_study
 
 
@@ -16,3 +25,116 @@ def test_the_report_says_what_the_seeds_allow_and_comments_on_a_better_baseline(
     one = (write_report([fake_study(tmp_path / "one", {"electra": [90.0], "none": [50.0]})]) / "report.md").read_text()
     assert "- electra +40.0 points vs none on rte: nothing can be concluded (one fine-tuning seed" in one
     assert "baseline beats" not in one
+
+
+# -- a real study on the built-in language: the four tables and the two figures --------------------------------
+
+PRETRAIN = ["train.batch_size=8", "train.log_every=4", "train.eval_every=8", "train.eval_batches=2",
+            "train.save_every=8", "train.warmup_steps=2"]  # fmt: skip
+SETTINGS = ["g0.25:model.generator_fraction=0.25", "g1:model.generator_fraction=1.0", "mlm:objective.kind=mlm",
+            "none:objective.kind=none"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """Two generator sizes, MLM and no pretraining at equal steps, two seeds on two built-in tasks (~1 minute)."""
+    root = tmp_path_factory.mktemp("sweep")
+    tasks = ",".join(str(p) for p in write_synthetic_tasks(root / "tasks")[:2])
+    spec = StudySpec(out=str(root / "s"), base="tiny", overrides=PRETRAIN, settings=SETTINGS, budget="steps=16",
+                     tasks=tasks, seeds=[0, 1], finetune_overrides=["finetune.max_steps=4"],
+                     progress=False)  # fmt: skip
+    run_study(spec)
+    return root / "s"
+
+
+def side(report: Path, name: str) -> dict:
+    return json.loads((report / f"{name}.json").read_text())
+
+
+def rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the markdown table under `heading`, as cells."""
+    block = next(b for b in text.split(heading, 1)[1].split("\n\n") if b.startswith("|"))
+    return [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+
+
+@pytest.mark.slow
+def test_table_1_holds_each_runs_compute_from_its_files(sweep):
+    text = (sweep / "report" / "report.md").read_text()
+    table = {r[0]: r for r in rows(text, "### Table 1: compute per experiment")}
+    assert set(table) == {"g0.25", "g1", "mlm", "none"}
+    for name in ("g0.25", "g1", "mlm"):
+        run = read_pretrain_run(sweep / "runs" / name / "pretrain")
+        results = json.loads((sweep / "runs" / name / "glue" / "results.json").read_text())
+        _, kind, steps, tokens, flops, pfs, gpus, devices, hours, tuning, wall = table[name]
+        assert (kind, steps, tokens) == (run.kind, "16", f"{16 * 8 * run.cfg.data.seq_len:,}")
+        assert float(flops) == pytest.approx(off_train_flops(run.cfg, 16), rel=5e-3)
+        assert float(pfs) == pytest.approx(off_train_flops(run.cfg, 16) / PFS_DAY, rel=5e-3)
+        assert gpus == "1" and devices == "cpu (16 steps)" and wall == "–"  # a CPU has no peak: no pfs-days
+        assert float(hours) == pytest.approx(run.meta["train_seconds"] / 3600, rel=5e-3)
+        assert float(tuning) == pytest.approx(sum(t["seconds"] for t in results["tasks"].values()) / 3600, rel=5e-3)
+
+
+@pytest.mark.slow
+def test_table_2_and_the_glue_figure_hold_every_seeds_statistics_and_chance(sweep):
+    report = sweep / "report"
+    text = (report / "report.md").read_text()
+    table = {r[0]: r for r in rows(text, "### Table 2: GLUE dev per task")}
+    figure = side(report, "glue")["panels"][0]
+    for name in ("g0.25", "g1", "mlm", "none"):
+        results = json.loads((sweep / "runs" / name / "glue" / "results.json").read_text())
+        bar = next(b for b in figure["bars"] if b["model"] == name)
+        for i, task in enumerate(figure["tasks"]):
+            s = results["tasks"][task]["metrics"]["accuracy"]
+            assert table[name][1 + i].startswith(f"{s['median']:.2f}")
+            assert f"({s['mean']:.2f} ± {s['std']:.2f}, n=2)" in table[name][1 + i]
+            assert bar["height"][i] == s["median"]
+        run = read_pretrain_run(sweep / "runs" / name / "pretrain") if name != "none" else None
+        assert bar["rejected"] == (run is not None and gate(run).learned is False)
+    chance = {h["task"]: h["y"] for h in figure["hlines"]}
+    assert chance == {t: results["tasks"][t]["chance"]["baseline"] for t in figure["tasks"]}
+    assert "no comparison with OFF or the study" in text  # built-in tasks: nothing published to put beside them
+
+
+@pytest.mark.slow
+def test_table_4_and_figure_2_hold_the_generator_sweep(sweep):
+    report = sweep / "report"
+    text = (report / "report.md").read_text()
+    table = rows(text, "### Table 4: generator size")
+    assert [r[0] for r in table] == ["0.25", "1"]
+    for r, name in zip(table, ("g0.25", "g1"), strict=True):
+        run = read_pretrain_run(sweep / "runs" / name / "pretrain")
+        last = run.evals[-1]
+        assert r[1] == str(run.cfg.model.generator.hidden_size) and r[2] == "16"
+        assert (r[3], r[4], r[5]) == (f"{last['eval_mlm_loss']:.3f}", f"{last['eval_disc_auc']:.3f}",
+                                      f"{last['eval_disc_recall']:.3f}")  # fmt: skip
+        assert r[6] == ("yes" if run.meta["collapsed"] else "no")
+    assert "Warning: the sizes ran unequal steps" not in text  # a steps budget: equal steps
+    figure = side(report, "collapse")
+    assert [p["key"] for p in figure["panels"]] == ["eval_disc_loss", "eval_disc_accuracy", "eval_disc_precision",
+                                                    "eval_disc_recall", "eval_disc_auc", "eval_mlm_loss"]  # fmt: skip
+    auc = next(p for p in figure["panels"] if p["key"] == "eval_disc_auc")
+    run = read_pretrain_run(sweep / "runs" / "g1" / "pretrain")
+    line = next(s for s in auc["lines"] if s["label"].startswith("g1"))
+    assert line["x"] == [r["step"] for r in run.evals] and line["y"] == [r["eval_disc_auc"] for r in run.evals]
+    assert "mlm" not in {s["label"] for s in auc["lines"]}  # no discriminator to collapse
+
+
+@pytest.mark.slow
+def test_figure_3_and_table_3_from_the_runs(sweep):
+    report = sweep / "report"
+    mlm = side(report, "dynamics-mlm")
+    assert not any("generator" in p["title"] or "discriminator" in p["title"] for p in mlm["panels"])
+    electra = side(report, "dynamics-g1")
+    run = read_pretrain_run(sweep / "runs" / "g1" / "pretrain")
+    loss = next(p for p in electra["panels"] if p["key"] == "mlm_loss")
+    assert loss["title"] == "generator loss (masked LM)" and loss["ylabel"] == "nats"
+    assert next(s for s in loss["lines"] if s["label"] == "training")["y"] == [r["mlm_loss"] for r in run.train]
+    text = (report / "report.md").read_text()
+    table = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}
+    assert {("GPT", "quoted (the study)"), ("DistilBERT", "quoted (the study)"),
+            ("ELECTRA-Small (the study)", "quoted (the study)"), ("ELECTRA-Small 25%", "quoted (ELECTRA paper "
+            "Table 1)"), ("no pretraining", "ours")} <= set(table)  # fmt: skip
+    efficiency = side(report, "efficiency")
+    assert len(efficiency["panels"]) == 2 and efficiency["panels"][1]["title"].startswith("ours: mean over syn-")
+    assert efficiency["panels"][1]["hlines"][0]["y"] == pytest.approx(float(table[("no pretraining", "ours")][5]),
+                                                                      abs=0.01)  # fmt: skip

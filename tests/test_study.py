@@ -93,10 +93,10 @@ def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sourc
         cfg = read_pretrain_run(run).cfg
         total = flops_report(cfg, s["steps"])["total_flops"]
         assert total <= 6e9 < off_train_flops(cfg, s["steps"] + 1)  # the run itself spent the budget
-        row = re.search(rf"^\| {re.escape(s['name'])} \| {s['steps']:,} \| [\d,]+ \| ([^ |]+) \|", report, re.M)
+        row = re.search(rf"^\| {re.escape(s['name'])} \| \w+ \| {s['steps']:,} \| [\d,]+ \| ([^ |]+) \|", report, re.M)
         assert row is not None and float(row.group(1)) == pytest.approx(total, rel=5e-3)
         assert (study / "report" / f"dynamics-kind-{s['kind']}.png").stat().st_size > 10_000
-    for figure in ("glue.png", "efficiency-flops.png", "efficiency-params.png"):
+    for figure in ("glue.png", "efficiency.png"):
         assert (study / "report" / figure).stat().st_size > 10_000
     # results.json: `electra glue`'s schema for the first setting, every setting under "settings"
     results = json.loads((study / "report" / "results.json").read_text())
@@ -286,3 +286,18 @@ def test_the_fine_tuning_phase_has_one_bar_over_its_runs(tmp_path, tasks, monkey
     assert any(line.startswith("fine-tuning: 100%") and "18/18" in line and "run/s" in line for line in bar)
     finetune_all(spec(tmp_path / "q", tasks, progress=False), grid(s))
     assert "fine-tuning:" not in capsys.readouterr().err
+
+
+def test_a_discriminator_whose_auc_fell_late_is_collapsed_not_never_learned(tmp_path):
+    from electra.config import load_config
+    from electra.results import PretrainRun
+
+    evals = [{"step": s, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": auc}
+             for s, auc in ((100, 0.55), (200, 0.81), (300, 0.52))]  # fmt: skip
+    run = PretrainRun(tmp_path, load_config("tiny"), {"step": 300}, [], evals)
+    verdict = gate(run)
+    assert verdict.learned is False and verdict.collapsed and verdict.word == "collapsed"
+    assert verdict.describe().startswith("COLLAPSED: ") and "it had reached 0.810 at step 200" in verdict.describe()
+    run.evals[1]["eval_disc_auc"] = 0.58  # never passed the gate: it never learned
+    verdict = gate(run)
+    assert not verdict.collapsed and verdict.word == "never learned" and verdict.describe().startswith("NEVER")
