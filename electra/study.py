@@ -191,6 +191,16 @@ def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
             raise ConfigError(f"setting {s.name}: the budget {spec.budget} does not pay for one step")
 
 
+def warn_unequal_generator_sweep(settings: list[Setting]) -> None:
+    """The study compared generator sizes at equal steps (250k each); a FLOPs or seconds budget gives a larger
+    generator fewer steps, which is another comparison: said before anything runs."""
+    sizes = [s for s in settings if "model.generator_fraction" in s.values]
+    if len({s.steps for s in sizes}) > 1:
+        steps = ", ".join(f"{s.name}: {s.steps:,}" for s in sizes)
+        log.warning("the generator sizes get unequal steps under this budget (%s); the study compared them at equal "
+                    "steps: use --budget steps=N for its comparison", steps)  # fmt: skip
+
+
 def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
     """Median seconds of a real training step of `cfg` (the loop's `train_step`) on `device`."""
     import torch
@@ -244,6 +254,7 @@ def start(spec: StudySpec) -> list[Setting]:
         return [Setting(**s["setting_state"]) for s in saved["settings"]]
     settings = grid(spec)
     assign_steps(spec, settings)
+    warn_unequal_generator_sweep(settings)
     for s in settings:
         s.config(spec)  # every setting's config is valid before anything runs
     write_json(path, {

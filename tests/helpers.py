@@ -236,14 +236,15 @@ def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = ()
     return {k: v for k, v in summarize(records).items() if not k.startswith("_")}
 
 
-def fake_study(root: Path, scores: dict[str, list[float]], task: str = "rte") -> Path:
+def fake_study(root: Path, scores: dict[str, list[float]], task: str = "rte", metric: str = "accuracy") -> Path:
     """A study folder with only study.json and each setting's GLUE results.json (its seeds scoring
-    `scores[setting]` on `task`); the setting `none` is the no-pretraining baseline."""
+    `scores[setting]` on `task`'s `metric`); the setting `none` is the no-pretraining baseline."""
     settings = []
     for name, values in scores.items():
         settings.append({"name": name, "kind": "none" if name == "none" else "electra", "steps": 0,
                          "pretrain": f"runs/{name}/pretrain", "glue": f"runs/{name}/glue"})  # fmt: skip
         (root / "runs" / name / "glue").mkdir(parents=True)
-        (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(glue_results({task: values})))
+        results = glue_results({task: values}, metric=metric)
+        (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(results))
     (root / "study.json").write_text(json.dumps({"settings": settings}))
     return root

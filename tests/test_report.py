@@ -138,3 +138,56 @@ def test_figure_3_and_table_3_from_the_runs(sweep):
     assert len(efficiency["panels"]) == 2 and efficiency["panels"][1]["title"].startswith("ours: mean over syn-")
     assert efficiency["panels"][1]["hlines"][0]["y"] == pytest.approx(float(table[("no pretraining", "ours")][5]),
                                                                       abs=0.01)  # fmt: skip
+
+
+def test_table_2_puts_glue_tasks_beside_the_published_numbers_with_the_mnli_caveat(tmp_path):
+    from electra.published import REFERENCE_TASKS
+
+    rte = (write_report([fake_study(tmp_path / "rte", {"electra": [60.0, 62.0]})]) / "report.md").read_text()
+    assert "| electra (ours: median / mean ± std) | 61.00 / 61.00 ± 1.41 |" in rte
+    for name, row in REFERENCE_TASKS.items():
+        assert f"| {name} (quoted) | {row['rte']:.1f} |" in rte
+    assert "† MNLI" not in rte  # no MNLI column: no caveat
+    mnli = fake_study(tmp_path / "mnli", {"electra": [78.0, 79.0]}, task="mnli", metric="accuracy_m")
+    text = (write_report([mnli]) / "report.md").read_text()
+    assert "| model | mnli† |" in text and "| the study (RC) (quoted) | 80.2 |" in text
+    assert "† MNLI: ours and OFF's are matched accuracy; the study merged matched and mismatched" in text
+
+
+def test_table_1_counts_every_session_and_wall_clock_pfs_days_where_the_device_has_a_peak(tmp_path):
+    from electra.config import load_config
+    from electra.flops import pfs_days
+    from electra.results import Entry, PretrainRun, compute_row
+
+    meta = {"step": 300, "train_seconds": 7200.0, "sessions": [
+        {"device": "cpu", "world_size": 1, "start_step": 0, "start_seconds": 0.0},
+        {"device": "NVIDIA H200", "world_size": 2, "start_step": 100, "start_seconds": 3600.0}]}  # fmt: skip
+    entry = Entry("resumed", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), None)
+    row = compute_row(entry)
+    assert row["world_size"] == 2 and [(s["device"], s["steps"], s["seconds"]) for s in row["sessions"]] == [
+        ("cpu", 100, 3600.0), ("NVIDIA H200", 200, 3600.0)]  # fmt: skip
+    assert row["pfs_days_wall"] is None  # the CPU session has no peak: no wall-clock pfs-days
+    meta["sessions"][0]["device"] = "Tesla V100-SXM2-16GB"
+    row = compute_row(entry)
+    assert row["pfs_days_wall"] == pytest.approx(pfs_days(1 / 24, 1, 15.7) + pfs_days(1 / 24, 2, 989.0))
+    old = compute_row(Entry("old", PretrainRun(tmp_path, load_config("tiny"), {"step": 5, "device": "cpu"}, [], []),
+                            None))  # fmt: skip
+    assert [s["device"] for s in old["sessions"]] == ["cpu"]  # a run.json from before sessions were kept
+
+
+def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
+    from electra.config import load_config
+    from electra.report_tables import sweep_entries, sweep_table
+    from electra.results import Entry, PretrainRun
+
+    def run(fraction: float, steps: int) -> Entry:
+        cfg = load_config("tiny", [f"model.generator_fraction={fraction}"])
+        evals = [{"step": steps, "eval_mlm_loss": 4.0, "eval_disc_auc": 0.7, "eval_disc_recall": 0.3}]
+        return Entry(f"g{fraction}", PretrainRun(tmp_path, cfg, {"step": steps}, [], evals), None)
+
+    equal = sweep_table(sweep_entries([run(1.0, 100), run(0.25, 100)]), [])
+    assert [line.split(" | ")[0] for line in equal[4:6]] == ["| 0.25", "| 1"]  # sorted by size
+    assert not any("unequal steps" in line for line in equal)
+    unequal = sweep_table(sweep_entries([run(0.25, 120), run(1.0, 80)]), [])
+    assert any(line.startswith("**Warning: the sizes ran unequal steps (80, 120)") for line in unequal)
+    assert sweep_entries([run(0.25, 100)]) == []  # one size is no sweep

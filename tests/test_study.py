@@ -301,3 +301,12 @@ def test_a_discriminator_whose_auc_fell_late_is_collapsed_not_never_learned(tmp_
     run.evals[1]["eval_disc_auc"] = 0.58  # never passed the gate: it never learned
     verdict = gate(run)
     assert not verdict.collapsed and verdict.word == "never learned" and verdict.describe().startswith("NEVER")
+
+
+def test_a_generator_sweep_at_unequal_steps_is_warned_before_it_runs(tmp_path, tasks, caplog):
+    sweep = ["model.generator_fraction=0.25,1.0"]
+    start(spec(tmp_path / "flops", tasks, vary=sweep))
+    assert "the generator sizes get unequal steps under this budget (generator_fraction=0.25: " in caplog.text
+    caplog.clear()
+    start(spec(tmp_path / "steps", tasks, vary=sweep, budget="steps=10"))
+    assert "unequal steps" not in caplog.text
