@@ -25,7 +25,7 @@ def test_the_demo_runs_the_study_and_ends_with_the_report_folder(tmp_path, capsy
     assert set(results["settings"]) == {s.split(":")[0] for s in SETTINGS}
     assert set(results["tasks"]) == {"syn-agree", "syn-topic", "syn-entail", "syn-sim"}
     verdict = [line for line in printed if line.startswith("   electra-T3:")]
-    assert verdict and "nothing can be concluded (one fine-tuning seed" in verdict[0]  # one seed: no verdict
+    assert verdict and "nothing can be concluded" in verdict[0]  # one seed (and tasks at chance): no verdict
     assert any(line.startswith("   at equal FLOPs: ") and "nothing can be concluded" in line for line in printed)
 
 
