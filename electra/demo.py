@@ -28,6 +28,7 @@ from electra.flops import off_train_flops
 from electra.results import collect, common_tasks, gate, task_mean
 from electra.study import StudySpec, run_study, vocabulary_size
 from electra.verdicts import compare
+from electra.wording import plural
 
 ELECTRA_STEPS = 2000  # the budget: the FLOPs of this many steps of the ELECTRA setting; MLM gets more, cheaper steps
 SEEDS = [0, 1, 2]
@@ -54,8 +55,9 @@ def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None
     cfg = load_config("tiny", [*PRETRAIN, f"model.vocab_size={vocabulary_size(data)}"])
     budget = off_train_flops(cfg, electra_steps)
     print(f"== the study at toy scale: ELECTRA (temperature 1 and 3), MLM and no pretraining, each pretrained for "
-          f"{budget:.3g} training FLOPs ({electra_steps} ELECTRA steps), fine-tuned over {len(seeds or SEEDS)} "
-          f"seeds on {', '.join(Path(t).name for t in tasks.split(','))}", flush=True)  # fmt: skip
+          f"{budget:.3g} training FLOPs ({plural(electra_steps, 'ELECTRA step')}), fine-tuned over "
+          f"{plural(len(seeds or SEEDS), 'seed')} on {', '.join(Path(t).name for t in tasks.split(','))}",
+          flush=True)  # fmt: skip
     spec = StudySpec(
         out=str(out / "study"), base="tiny", overrides=PRETRAIN, settings=SETTINGS, budget=f"flops={budget!r}",
         data=data, tasks=tasks, glue_dir=glue_dir, seeds=list(seeds or SEEDS), parallel=2,

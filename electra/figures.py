@@ -51,6 +51,8 @@ def _draw_panel(ax, panel: dict) -> list:
     for p in panel.get("points", []):
         ax.scatter(p["x"], p["y"], marker=p["marker"], s=36, facecolors=p["fill"], edgecolors=p["color"])
         labels.append(ax.annotate(p["label"], (p["x"], p["y"]), fontsize=7, xytext=(4, 2), textcoords="offset points"))
+    if labels:
+        ax.margins(x=0.15, y=0.1)  # room for the labels of the outermost points
     for p in panel.get("legend_points", []):
         ax.scatter([], [], marker=p["marker"], facecolors=p["fill"], edgecolors=p["color"], label=p["label"])
     if panel.get("xscale"):

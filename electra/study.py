@@ -323,7 +323,7 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     workers = max(1, min(spec.parallel, len(todo)))
     if workers == 1:  # in this process, with its threads
         for s, run in todo:
-            print(f"== pretraining {s.name}: {s.steps} steps -> {run}", flush=True)
+            print(f"== pretraining {s.name}: {plural(s.steps, 'step')} -> {run}", flush=True)
             step = _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device,
                                     loggers=tuple(spec.loggers), progress=spec.progress)  # fmt: skip
             _stop_if_short(s, step)
@@ -331,7 +331,8 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     threads = max(1, (os.cpu_count() or 1) // workers)
     import multiprocessing
 
-    print(f"== pretraining {len(todo)} settings, {workers} at a time ({threads} threads each)", flush=True)
+    print(f"== pretraining {plural(len(todo), 'setting')}, {workers} at a time ({plural(threads, 'thread')} each)",
+          flush=True)  # fmt: skip
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads,
                                tuple(spec.loggers), spec.progress) for s, run in todo]  # fmt: skip
