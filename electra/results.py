@@ -222,8 +222,26 @@ def _sweep_model(glue: Path) -> Path | None:
 
 
 def read_glue(path: Path) -> dict | None:
+    """A sweep's results.json; for sweeps written before it kept each task's chance level and seconds, those are
+    filled in from the sweep's own run records (RUN/runs/TASK/seedS/result.json)."""
     file = path / "results.json"
-    return json.loads(file.read_text()) if file.exists() else None
+    if not file.exists():
+        return None
+    results = json.loads(file.read_text())
+    if any("chance" not in t for t in results.get("tasks", {}).values()):
+        _fill_from_records(results, path)
+    return results
+
+
+def _fill_from_records(results: dict, path: Path) -> None:
+    from electra.glue.report import chance_summary
+
+    for task, entry in results["tasks"].items():
+        records = [json.loads(f.read_text()) for f in sorted((path / "runs" / task).glob("seed*/result.json"))]
+        if records and all("chance" in r for r in records):
+            entry.setdefault("chance", chance_summary(records))
+            if all("seconds" in r for r in records):
+                entry.setdefault("seconds", float(sum(r["seconds"] for r in records)))
 
 
 def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:

@@ -191,3 +191,19 @@ def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
     unequal = sweep_table(sweep_entries([run(0.25, 120), run(1.0, 80)]), [])
     assert any(line.startswith("**Warning: the sizes ran unequal steps (80, 120)") for line in unequal)
     assert sweep_entries([run(0.25, 100)]) == []  # one size is no sweep
+
+
+@pytest.mark.slow  # the `sweep` fixture
+def test_a_sweep_written_before_results_json_kept_chance_gets_it_from_its_runs(sweep):
+    from electra.results import read_glue
+
+    glue = sweep / "runs" / "g1" / "glue"
+    current = json.loads((glue / "results.json").read_text())
+    old = json.loads(json.dumps(current))
+    for entry in old["tasks"].values():
+        del entry["chance"], entry["seconds"]
+    (glue / "results.json").write_text(json.dumps(old))
+    try:
+        assert read_glue(glue) == current  # the chance line and the fine-tuning time, from the run records
+    finally:
+        (glue / "results.json").write_text(json.dumps(current))
