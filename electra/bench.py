@@ -149,7 +149,7 @@ def make_pretrain_step(
         example_ids = torch.arange(i * batch_size, (i + 1) * batch_size, device=device)
         if impl == "ours":
             masked = mask_tokens(input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective, slots, MASK,
-                                 special)  # fmt: skip
+                                 special, cfg.model.vocab_size)  # fmt: skip
             out = train_step(compiled, opt, scaler, params, [batch], [masked], 1, autocast(device, dtype),
                              cfg.train.grad_clip)  # fmt: skip
             return out.loss

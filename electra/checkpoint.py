@@ -78,6 +78,10 @@ class RunMeta:
     train_seconds: float = 0.0
     """Wall-clock seconds spent in training steps, evaluation and saves, summed over resumed sessions."""
     stopped_by_signal: int | None = None
+    """The signal (SIGTERM 15, SIGINT 2) that stopped the last session, None when it ran to its end."""
+    sessions: list[dict] = dataclasses.field(default_factory=list)
+    """One entry per training session (a resumed run has several): device, world_size, start_step and
+    start_seconds (train_seconds when it started); a session ends where the next one starts."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)

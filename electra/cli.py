@@ -13,6 +13,12 @@ import logging
 import sys
 from collections.abc import Callable
 
+
+def _add_quiet(p: argparse.ArgumentParser, what: str = "no progress bars") -> None:
+    """The one quiet flag every command takes (commands without progress bars accept it too, for scripts)."""
+    p.add_argument("--quiet", action="store_true", help=what)
+
+
 # -- tokenizer ------------------------------------------------------------------------------------------------
 
 
@@ -24,7 +30,7 @@ def _add_tokenizer(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size, special tokens included")
     p.add_argument("--out", required=True, help="output folder (tokenizer.json is written into it)")
     _add_input_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_quiet(p)
 
 
 INPUTS_HELP = (
@@ -80,7 +86,7 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
     workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
     p.add_argument("--workers", type=int, default=None, help=workers)
     p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_quiet(p)
 
 
 def _run_data(args: argparse.Namespace) -> int:
@@ -123,6 +129,7 @@ def _add_pretrain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (offline unless WANDB_MODE)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config value, e.g. --set model.generator_fraction=1.0 (repeatable)")  # fmt: skip
+    _add_quiet(p, "no progress bar")
 
 
 def _run_pretrain(args: argparse.Namespace) -> int:
@@ -136,7 +143,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, flags + args.set)
     loggers = tuple(name for name in ("tensorboard", "wandb") if getattr(args, name))
     try:
-        meta = pretrain(cfg, args.out, resume=args.resume, device=args.device, loggers=loggers)
+        meta = pretrain(cfg, args.out, resume=args.resume, device=args.device, loggers=loggers, progress=not args.quiet)
     except NonFiniteError as err:
         print(f"electra pretrain: {err}", file=sys.stderr)
         return 3
@@ -228,7 +235,8 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     x.add_argument("--devices", default=None, help=devices)
     x.add_argument("--num-workers", type=int, default=1, help="worker processes sharing the runs")
     x.add_argument("--stop-after", type=int, default=None, help="stop after this many runs (resume later)")
-    x.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_quiet(x)
+    x.add_argument("--no-progress", dest="quiet", action="store_true", help="same as --quiet")
     x.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs")
     x.add_argument("--tensorboard", action="store_true", help="also log each run to OUT/tensorboard/TASK/seedS")
     x.add_argument("--wandb", action="store_true", help="also log each run to Weights & Biases, grouped by OUT's "
@@ -257,7 +265,7 @@ def _run_glue(args: argparse.Namespace) -> int:
         seeds=_parse_seeds(args.seeds), tokenizer=args.tokenizer, recipe=args.recipe,
         finetune=load_finetune_config(args.recipe, flags + args.set), device=args.device,
         devices=args.devices.split(",") if args.devices else [], num_workers=args.num_workers,
-        stop_after=args.stop_after, progress=not args.no_progress,
+        stop_after=args.stop_after, progress=not args.quiet,
         loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
     )  # fmt: skip
     return 0 if run_sweep(spec).ok else 1
@@ -293,6 +301,7 @@ def _add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", action="store_true", help="also log every run to its tensorboard/ folder")
     p.add_argument("--wandb", action="store_true", help="also log every run to Weights & Biases (offline unless "
                    "WANDB_MODE)")  # fmt: skip
+    _add_quiet(p, "no progress bars (the plan and each phase's lines are still printed)")
 
 
 def _run_study(args: argparse.Namespace) -> int:
@@ -304,6 +313,7 @@ def _run_study(args: argparse.Namespace) -> int:
         tasks=args.tasks, glue_dir=args.glue_dir, seeds=_parse_seeds(args.seeds), recipe=args.recipe,
         finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
         device=args.device, loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
+        progress=not args.quiet,
     )  # fmt: skip
     try:
         report = run_study(spec)
@@ -321,6 +331,7 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="RUN_OR_STUDY",
                    help="study folders, pretraining run folders and/or `electra glue` output folders")  # fmt: skip
     p.add_argument("--out", default=None, help="report folder (default: FIRST_PATH/report)")
+    _add_quiet(p, "accepted for scripts; the report draws no progress bar")
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -337,6 +348,7 @@ def _run_report(args: argparse.Namespace) -> int:
 def _add_export_hf(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint folder")
     p.add_argument("out", help="output folder: writes OUT/discriminator and OUT/generator")
+    _add_quiet(p, "accepted for scripts; the export draws no progress bar")
 
 
 def _run_export_hf(args: argparse.Namespace) -> int:
@@ -352,6 +364,7 @@ def _add_import_hf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--discriminator", required=True, help=f"transformers ElectraForPreTraining folder, {hub}")
     p.add_argument("--generator", required=True, help=f"transformers ElectraForMaskedLM folder, {hub}")
     p.add_argument("--out", required=True, help="run folder to create (a step-0 checkpoint)")
+    _add_quiet(p, "accepted for scripts; the import draws no progress bar")
 
 
 def _run_import_hf(args: argparse.Namespace) -> int:
@@ -382,6 +395,7 @@ def _add_flops(p: argparse.ArgumentParser) -> None:
     wall.add_argument("--days", type=float, default=None, help="wall-clock days of the run")
     wall.add_argument("--hours", type=float, default=None, help="wall-clock hours of the run")
     wall.add_argument("--ms-per-step", type=float, default=None, help="a measured step time (electra bench)")
+    _add_quiet(p, "accepted for scripts; flops prints one JSON line")
 
 
 def _run_flops(args: argparse.Namespace) -> int:
@@ -422,6 +436,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         q.add_argument("--batch-size", type=int, default=d.batch_size)
         q.add_argument("--seq-len", type=int, default=d.seq_len)
         q.add_argument("--device", default=d.device)
+        _add_quiet(q, "accepted for scripts; bench prints one JSON line")
         if name == "check":
             q.add_argument("--steps", type=int, default=d.steps, help="training steps compared (default 10)")
             continue
@@ -475,6 +490,7 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--glue-dir", default=None, help="fine-tune on SST-2, MRPC, RTE and WNLI from this GLUE folder")
     p.add_argument("--steps", type=int, default=None, help="the budget: FLOPs of this many ELECTRA steps (2000)")
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
+    _add_quiet(p, "no progress bars")
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -482,7 +498,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     from electra.study import StudyStopped
 
     try:
-        demo(args.out, args.corpus, args.glue_dir, args.steps or ELECTRA_STEPS, _parse_seeds(args.seeds))
+        demo(
+            args.out,
+            args.corpus,
+            args.glue_dir,
+            args.steps or ELECTRA_STEPS,
+            _parse_seeds(args.seeds),
+            progress=not args.quiet,
+        )
     except StudyStopped as err:
         print(f"electra demo: {err.args[0].split(';')[0]}; the demo starts afresh when run again", file=sys.stderr)
         return 130

@@ -7,6 +7,7 @@ Presets in `electra/configs/*.yaml` hold only differences from these defaults. O
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -317,7 +318,9 @@ def merge(obj: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if key not in fields:
-            raise ConfigError(f"{source}: unknown key {name!r}; valid keys here: {sorted(fields)}")
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"did you mean {prefix + close[0]!r}? " if close else ""
+            raise ConfigError(f"{source}: unknown key {name!r}; {hint}valid keys here: {sorted(fields)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             updates[key] = merge(current, value, source, prefix=f"{name}.")

@@ -19,6 +19,7 @@ shown; the report's gate says which pretraining runs learned.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from electra.config import load_config
 from electra.flops import off_train_flops
 from electra.results import collect, common_tasks, gate, task_mean
 from electra.study import StudySpec, run_study, vocabulary_size
+from electra.verdicts import compare
+from electra.wording import plural
 
 ELECTRA_STEPS = 2000  # the budget: the FLOPs of this many steps of the ELECTRA setting; MLM gets more, cheaper steps
 SEEDS = [0, 1, 2]
@@ -40,7 +43,7 @@ PRETRAIN = ["train.eval_every=500", "train.log_every=100", "train.save_every=100
 
 
 def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None, electra_steps: int = ELECTRA_STEPS,
-         seeds: list[int] | None = None, finetune_steps: int | None = None) -> Path:  # fmt: skip
+         seeds: list[int] | None = None, finetune_steps: int | None = None, progress: bool = True) -> Path:  # fmt: skip
     """Run the toy study into `out` (replaced if it exists); returns the report folder. `finetune_steps` caps each
     fine-tuning run (for quick checks; the demo itself runs each task's full recipe)."""
     out = Path(out)
@@ -52,13 +55,14 @@ def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None
     cfg = load_config("tiny", [*PRETRAIN, f"model.vocab_size={vocabulary_size(data)}"])
     budget = off_train_flops(cfg, electra_steps)
     print(f"== the study at toy scale: ELECTRA (temperature 1 and 3), MLM and no pretraining, each pretrained for "
-          f"{budget:.3g} training FLOPs ({electra_steps} ELECTRA steps), fine-tuned over {len(seeds or SEEDS)} "
-          f"seeds on {', '.join(Path(t).name for t in tasks.split(','))}", flush=True)  # fmt: skip
+          f"{budget:.3g} training FLOPs ({plural(electra_steps, 'ELECTRA step')}), fine-tuned over "
+          f"{plural(len(seeds or SEEDS), 'seed')} on {', '.join(Path(t).name for t in tasks.split(','))}",
+          flush=True)  # fmt: skip
     spec = StudySpec(
         out=str(out / "study"), base="tiny", overrides=PRETRAIN, settings=SETTINGS, budget=f"flops={budget!r}",
         data=data, tasks=tasks, glue_dir=glue_dir, seeds=list(seeds or SEEDS), parallel=2,
         finetune_overrides=[f"finetune.max_steps={finetune_steps}"] if finetune_steps else [],
-        description="`make demo`: the study at toy scale (electra/demo.py).",
+        description="`make demo`: the study at toy scale (electra/demo.py).", progress=progress,
     )  # fmt: skip
     report = run_study(spec)
     print_verdict(Path(spec.out))
@@ -93,26 +97,33 @@ def _tasks(glue_dir: str | None, out: Path) -> str:
 
 
 def print_verdict(study: Path) -> None:
-    """What the report says, in plain words: which pretraining learned, and whether it beat no pretraining."""
+    print("\n".join(verdict_lines(study)))
+
+
+NO_HELP = "pretraining did NOT help (no pretraining is better)"
+
+
+def verdict_lines(study: Path) -> list[str]:
+    """What the report allows one to say, in plain words (electra/verdicts.py): whether each pretraining beat no
+    pretraining and whether ELECTRA beat MLM, only where the difference exceeds the seeds' spread on tasks above
+    chance level; with the gate's word where a pretraining run never learned."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
-    means = {e.name: task_mean(e.glue, tasks) for e in entries}
-    base = means.get("none")
-    print(f"\n== verdict (mean over {', '.join(Path(t).name for t in tasks)}; each task's median over seeds)")
+    by_name = {e.name: e for e in entries}
+    lines = [f"\n== verdict (each task's median over seeds, on {', '.join(Path(t).name for t in tasks)})"]
+    base = by_name.get("none")
     for e in entries:
-        if e.name == "none" or means[e.name] is None or base is None:
+        if e is base or base is None:
             continue
-        delta = means[e.name] - base
+        c = compare(e.name, e.glue, "none", base.glue, tasks)
+        line = f"   {e.name}: " + c.sentence("pretraining helped", NO_HELP)
         verdict = gate(e.pretrain)
-        helped = "helped" if delta > 0 else "did NOT help"
-        line = (
-            f"   {e.name}: {means[e.name]:.1f} vs {base:.1f} without pretraining ({delta:+.1f}): pretraining {helped}"
-        )
-        if not verdict.learned:
-            line += "; but its pretraining never left the plateau (" + "; ".join(verdict.reasons) + ")"
-        print(line)
-    electra = [n for n in means if n.startswith("electra") and means[n] is not None]
-    if "mlm" in means and means["mlm"] is not None and electra:
-        best = max(electra, key=lambda n: means[n])
-        word = "matches or beats" if means[best] >= means["mlm"] else "does NOT beat"
-        print(f"   at equal FLOPs, {best} ({means[best]:.1f}) {word} MLM ({means['mlm']:.1f})")
+        if verdict.learned is False:
+            line += "; its pretraining never left the plateau (" + "; ".join(verdict.reasons) + ")"
+        lines.append(line)
+    electra = [e for e in entries if e.name.startswith("electra") and e.glue]
+    if "mlm" in by_name and by_name["mlm"].glue and electra:
+        best = max(electra, key=lambda e: task_mean(e.glue, tasks) or -math.inf)
+        c = compare(best.name, best.glue, "mlm", by_name["mlm"].glue, tasks)
+        lines.append("   at equal FLOPs: " + c.sentence("ELECTRA beats MLM", "ELECTRA does NOT beat MLM"))
+    return lines

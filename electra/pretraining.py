@@ -236,7 +236,8 @@ def step_batches(run: Run, step: int) -> tuple[list[dict[str, Tensor]], list[Mas
 
 
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
-             loggers: tuple[str, ...] = (), data: PretrainingData | None = None) -> RunMeta:  # fmt: skip
+             loggers: tuple[str, ...] = (), data: PretrainingData | None = None, progress: bool = True
+             ) -> RunMeta:  # fmt: skip
     """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns where the run stands at the end.
 
     SIGTERM / SIGINT save a checkpoint and stop after the current step (`meta.stopped_by_signal`); the run
@@ -244,13 +245,21 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
     """
     run = setup(cfg, run_dir, resume, device, data)
     try:
-        return train(run, loggers)
+        return train(run, loggers, progress)
     finally:
         if run.lock is not None:
             run.lock.release()  # however the run ended: the folder is free for the next process
 
 
-def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
+def progress_fields(cfg: PretrainConfig, row: dict) -> dict[str, str]:
+    """The progress bar's numbers: the masked-LM loss, and the discriminator's only when there is one."""
+    fields = {"mlm": f"{row['mlm_loss']:.3f}"}
+    if cfg.objective.kind == "electra":
+        fields.update(disc=f"{row['disc_loss']:.3f}", recall=f"{row['disc_recall']:.2f}")
+    return fields
+
+
+def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> RunMeta:
     """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints."""
     cfg, t, meta = run.cfg, run.cfg.train, run.meta
     stop: dict[str, int | None] = {"signal": None}
@@ -259,11 +268,14 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
     window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite)
     if run.loop_state is not None:
         window.restore(run.loop_state["window"])
-    bar = tqdm(total=t.max_steps, initial=meta.step, desc="pretrain", disable=not run.main_process,
+    bar = tqdm(total=t.max_steps, initial=meta.step, desc="pretrain", disable=not (run.main_process and progress),
                dynamic_ncols=True)  # fmt: skip
     params = list(run.raw_model.parameters())
     run.raw_model.train()
     meta.device = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else run.device.type
+    meta.stopped_by_signal = None  # this session's, if any, is set below
+    meta.sessions.append({"device": meta.device, "world_size": run.world, "start_step": meta.step,
+                          "start_seconds": meta.train_seconds})  # fmt: skip
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
     try:
         for step in range(meta.step, t.max_steps):
@@ -289,18 +301,18 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
                 row = window.row(cfg, run.world, meta, done, lr)
                 if run.main_process:
                     write_metrics(run.run_dir, row, writers)
-                    bar.set_postfix(mlm=f"{row['mlm_loss']:.3f}", disc=f"{row['disc_loss']:.3f}",
-                                    recall=f"{row['disc_recall']:.2f}")  # fmt: skip
+                    bar.set_postfix(progress_fields(cfg, row))
             if (done % t.eval_every == 0 or done == t.max_steps) and run.main_process:
                 watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
                                writers, done)  # fmt: skip
                 failpoint("evaluate")
+            if signalled is not None:  # in run.json and the checkpoint's state.json
+                meta.stopped_by_signal = int(signalled)
             if save_now:
                 training_state.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
                                             run.rank, run.world, {"window": window.state()})  # fmt: skip
             if signalled is not None:
                 log.warning("signal %s: saved step %d and stopped; continue with --resume auto", signalled, done)
-                meta.stopped_by_signal = int(signalled)
                 break
             if meta.collapsed and t.stop_on_collapse:
                 log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")

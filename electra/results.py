@@ -20,7 +20,8 @@ import numpy as np
 import yaml
 
 from electra.config import ConfigError, PretrainConfig, from_dict
-from electra.flops import PFS_DAY, off_train_flops
+from electra.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops, pfs_days
+from electra.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
 
 GATE_MLM_MARGIN = 0.02
 """Held-out accuracy at the slots shown as [MASK] must exceed the most-frequent-token rate there by this much (2
@@ -47,65 +48,6 @@ TASK_METRIC = {
     "qnli": "accuracy",
     "rte": "accuracy",
     "wnli": "accuracy",
-}
-
-# ELECTRA paper Table 1 and section 3.4 (GLUE dev score as the paper reports it; training FLOPs; parameters).
-LITERATURE = (
-    ("ELMo", 96e6, 3.3e18, 71.2),
-    ("GPT", 117e6, 4.0e19, 78.8),
-    ("BERT-Small", 14e6, 1.4e18, 75.1),
-    ("BERT-Base", 110e6, 6.4e19, 82.2),
-    ("ELECTRA-Small", 14e6, 1.4e18, 79.9),
-    ("ELECTRA-Small 50%", 14e6, 7.1e17, 79.0),
-    ("ELECTRA-Small 25%", 14e6, 3.6e17, 77.7),
-    ("ELECTRA-Small 12.5%", 14e6, 1.8e17, 76.0),
-    ("ELECTRA-Small 6.25%", 14e6, 8.9e16, 74.1),
-    ("ELECTRA-Base", 110e6, 6.4e19, 85.1),
-)
-
-# Per-task dev scores of ELECTRA-Small as published: OFF's README (ELECTRA-Small-OWT, medians; Small++ released),
-# the reproduction study (RC, MNLI matched + mismatched merged), and a 1:1-generator run (google-research/electra#73).
-REFERENCE_TASKS = {
-    "OFF ELECTRA-Small-OWT": {
-        "cola": 56.8,
-        "sst2": 88.3,
-        "mrpc": 87.4,
-        "stsb": 86.8,
-        "qqp": 88.3,
-        "mnli": 78.9,
-        "qnli": 87.9,
-        "rte": 68.5,
-    },
-    "OFF ELECTRA-Small++": {
-        "cola": 57.0,
-        "sst2": 91.2,
-        "mrpc": 88.0,
-        "stsb": 87.5,
-        "qqp": 89.0,
-        "mnli": 81.3,
-        "qnli": 88.4,
-        "rte": 66.7,
-    },
-    "the study (RC)": {
-        "cola": 53.5,
-        "sst2": 88.7,
-        "mrpc": 87.6,
-        "stsb": 85.2,
-        "qqp": 86.1,
-        "mnli": 80.2,
-        "qnli": 87.5,
-        "rte": 61.5,
-    },
-    "1:1 generator (#73)": {
-        "cola": 51.04,
-        "sst2": 85.21,
-        "mrpc": 83.58,
-        "stsb": 84.79,
-        "qqp": 87.16,
-        "mnli": 75.01,
-        "qnli": 84.79,
-        "rte": 66.06,
-    },
 }
 
 
@@ -174,11 +116,22 @@ class Gate:
     learned: bool | None
     """None: nothing to judge (random initialisation, or a model whose pretraining run is not at hand)."""
     reasons: list[str] = field(default_factory=list)
+    collapsed: bool = False
+    """The discriminator learned (an earlier held-out AUC passed the gate) and then fell back: a collapse, not a
+    run that never learned."""
+
+    @property
+    def word(self) -> str:
+        """The verdict in a word or two, for figure legends."""
+        if self.learned is None:
+            return "not judged"
+        return "learned" if self.learned else ("collapsed" if self.collapsed else "never learned")
 
     def describe(self) -> str:
         if self.learned is None:
             return "; ".join(self.reasons) or "not pretrained"
-        return ("learned: " if self.learned else "NEVER LEARNED: ") + "; ".join(self.reasons)
+        head = "learned" if self.learned else ("COLLAPSED" if self.collapsed else "NEVER LEARNED")
+        return f"{head}: " + "; ".join(self.reasons)
 
 
 def gate(run: PretrainRun | None) -> Gate:
@@ -213,7 +166,22 @@ def gate(run: PretrainRun | None) -> Gate:
         reasons.append(
             f"discriminator AUC {auc if auc is None else round(auc, 3)} {'>' if good else 'not >'} {GATE_AUC}"
         )
+        peak = _auc_peak(run.evals)
+        if not good and peak is not None:
+            reasons.append(f"it had reached {peak[1]:.3f} at step {peak[0]:,}: the discriminator collapsed")
+            return Gate(False, reasons, collapsed=True)
     return Gate(ok, reasons)
+
+
+def _auc_peak(evals: list[dict]) -> tuple[int, float] | None:
+    """(step, AUC) of the best held-out AUC before the last evaluation, if it passed the gate."""
+    best = max(((r["step"], r["eval_disc_auc"]) for r in evals[:-1] if _finite(r.get("eval_disc_auc"))),
+               key=lambda p: p[1], default=None)  # fmt: skip
+    return best if best is not None and best[1] > GATE_AUC else None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 @dataclass
@@ -254,8 +222,26 @@ def _sweep_model(glue: Path) -> Path | None:
 
 
 def read_glue(path: Path) -> dict | None:
+    """A sweep's results.json; for sweeps written before it kept each task's chance level and seconds, those are
+    filled in from the sweep's own run records (RUN/runs/TASK/seedS/result.json)."""
     file = path / "results.json"
-    return json.loads(file.read_text()) if file.exists() else None
+    if not file.exists():
+        return None
+    results = json.loads(file.read_text())
+    if any("chance" not in t for t in results.get("tasks", {}).values()):
+        _fill_from_records(results, path)
+    return results
+
+
+def _fill_from_records(results: dict, path: Path) -> None:
+    from electra.glue.report import chance_summary
+
+    for task, entry in results["tasks"].items():
+        records = [json.loads(f.read_text()) for f in sorted((path / "runs" / task).glob("seed*/result.json"))]
+        if records and all("chance" in r for r in records):
+            entry.setdefault("chance", chance_summary(records))
+            if all("seconds" in r for r in records):
+                entry.setdefault("seconds", float(sum(r["seconds"] for r in records)))
 
 
 def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
@@ -307,6 +293,16 @@ def task_scores(results: dict) -> dict[str, tuple[float, float, float]]:
     return out
 
 
+def task_stats(results: dict) -> dict[str, dict]:
+    """task -> the paper's metric's statistics over seeds (median, mean, std, min, max, n), from results.json."""
+    out = {}
+    for task, entry in results.get("tasks", {}).items():
+        s = entry["metrics"].get(TASK_METRIC.get(task) or next(iter(entry["metrics"])))
+        if s is not None:
+            out[task] = s
+    return out
+
+
 def task_mean(results: dict | None, tasks: list[str]) -> float | None:
     """Mean over `tasks` of each task's median (None unless every task has a result)."""
     if results is None:
@@ -317,6 +313,12 @@ def task_mean(results: dict | None, tasks: list[str]) -> float | None:
     return float(np.mean([scores[t][0] for t in tasks]))
 
 
+def order_tasks(tasks) -> list[str]:
+    """GLUE tasks in the paper's order, then any others by name."""
+    tasks = set(tasks)
+    return [t for t in TASK_METRIC if t in tasks] + sorted(tasks - set(TASK_METRIC))
+
+
 def common_tasks(entries: list[Entry]) -> list[str]:
     sets = [set(task_scores(e.glue)) for e in entries if e.glue]
     if not sets:
@@ -325,17 +327,58 @@ def common_tasks(entries: list[Entry]) -> list[str]:
     return [t for t in TASK_METRIC if t in shared] + sorted(shared - set(TASK_METRIC))
 
 
+def device_peak(name: str) -> float | None:
+    """Peak TFLOP/s of a device named as run.json names it ("NVIDIA H200", "Tesla V100-SXM2-16GB"); None for a
+    CPU or a device not in electra/flops.py's table."""
+    squashed = "".join(c for c in name.lower() if c.isalnum())
+    return next((peak for key, peak in DEVICE_PEAK_TFLOPS.items() if key in squashed), None)
+
+
+def sessions(meta: dict) -> list[dict]:
+    """The training sessions of a run (a resumed run has several): device, world size, steps and seconds of
+    each; runs logged before run.json kept its sessions: one session on its last device."""
+    raw = meta.get("sessions") or [{"device": meta.get("device", "unknown"), "world_size": meta.get("world_size", 1),
+                                    "start_step": 0, "start_seconds": 0.0}]  # fmt: skip
+    out = []
+    for i, s in enumerate(raw):
+        end = raw[i + 1] if i + 1 < len(raw) else {"start_step": meta.get("step", 0),
+                                                  "start_seconds": meta.get("train_seconds", 0.0)}  # fmt: skip
+        out.append({"device": s["device"], "world_size": s["world_size"], "steps": end["start_step"] - s["start_step"],
+                    "seconds": max(0.0, end["start_seconds"] - s["start_seconds"])})  # fmt: skip
+    return out
+
+
+def wall_clock_pfs_days(meta: dict) -> float | None:
+    """pfs-days by the study's convention (days x GPUs x peak TFLOP/s x 0.33 / 1000, electra/flops.py pfs_days),
+    summed over sessions; None when a session's device has no known peak (a CPU)."""
+    total = 0.0
+    for s in sessions(meta):
+        peak = device_peak(s["device"])
+        if peak is None:
+            return None
+        total += pfs_days(s["seconds"] / 86400, s["world_size"], peak)
+    return total
+
+
+def finetune_seconds(results: dict | None) -> float | None:
+    """Seconds of all fine-tuning runs of a sweep (results.json; None for sweeps written before it kept them)."""
+    if not results or any("seconds" not in t for t in results.get("tasks", {}).values()):
+        return None
+    return sum(t["seconds"] for t in results["tasks"].values())
+
+
 def compute_row(e: Entry) -> dict:
+    """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, the device of every
+    session, pretraining and fine-tuning hours."""
+    tuning = finetune_seconds(e.glue)
+    row = {"name": e.name, "steps": 0, "tokens": 0, "flops": 0.0, "pfs_days": 0.0, "pfs_days_wall": 0.0,
+           "world_size": 1, "sessions": [], "hours": 0.0,
+           "finetune_hours": None if tuning is None else tuning / 3600}  # fmt: skip
     run = e.pretrain
     if run is None:
-        return {"name": e.name, "steps": 0, "tokens": 0, "flops": 0.0, "pfs_days": 0.0, "device": "-", "hours": 0.0}
+        return row
     seconds = run.meta.get("train_seconds")
-    return {
-        "name": e.name,
-        "steps": run.steps,
-        "tokens": run.tokens,
-        "flops": run.flops,
-        "pfs_days": run.flops / PFS_DAY,
-        "device": run.meta.get("device", "?"),
-        "hours": None if seconds is None else seconds / 3600,
-    }
+    parts = sessions(run.meta)
+    return {**row, "steps": run.steps, "tokens": run.tokens, "flops": run.flops, "pfs_days": run.flops / PFS_DAY,
+            "pfs_days_wall": wall_clock_pfs_days(run.meta), "world_size": max(s["world_size"] for s in parts),
+            "sessions": parts, "hours": None if seconds is None else seconds / 3600}  # fmt: skip

@@ -34,8 +34,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 from electra.config import ConfigError, PretrainConfig, load_config
 from electra.files import write_json
+from electra.wording import plural
 
 log = logging.getLogger("electra.study")
 
@@ -74,10 +77,12 @@ class StudySpec:
     loggers: list[str] = field(default_factory=list)
     """Trackers every pretraining and fine-tuning run also logs to (tensorboard, wandb), as `electra pretrain` and
     `electra glue` do: RUN/tensorboard, and one W&B run per pretraining run and per fine-tuning (task, seed)."""
+    progress: bool = True
+    """Progress bars (pretraining, and the fine-tuning phase's)."""
 
 
 # the fields that may change between a study's invocations without changing what it computes
-_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers")
+_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers", "progress")
 
 
 @dataclass
@@ -186,6 +191,16 @@ def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
             raise ConfigError(f"setting {s.name}: the budget {spec.budget} does not pay for one step")
 
 
+def warn_unequal_generator_sweep(settings: list[Setting]) -> None:
+    """The study compared generator sizes at equal steps (250k each); a FLOPs or seconds budget gives a larger
+    generator fewer steps, which is another comparison: said before anything runs."""
+    sizes = [s for s in settings if "model.generator_fraction" in s.values]
+    if len({s.steps for s in sizes}) > 1:
+        steps = ", ".join(f"{s.name}: {s.steps:,}" for s in sizes)
+        log.warning("the generator sizes get unequal steps under this budget (%s); the study compared them at equal "
+                    "steps: use --budget steps=N for its comparison", steps)  # fmt: skip
+
+
 def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
     """Median seconds of a real training step of `cfg` (the loop's `train_step`) on `device`."""
     import torch
@@ -213,6 +228,13 @@ def fingerprint(spec: StudySpec) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def spec_differences(saved: dict, spec: StudySpec) -> list[str]:
+    """`key: saved -> asked` for each fingerprinted field a rerun changed."""
+    asked = dataclasses.asdict(spec)
+    return [f"{k}: {saved.get(k)!r} -> {asked[k]!r}" for k in asked
+            if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]]  # fmt: skip
+
+
 def run_dir(spec: StudySpec, setting: Setting) -> Path:
     return Path(spec.out) / "runs" / setting.name
 
@@ -226,10 +248,13 @@ def start(spec: StudySpec) -> list[Setting]:
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["fingerprint"] != fingerprint(spec):
-            raise ConfigError(f"{path}:1: this folder holds a study with other settings; use another --out")
+            changed = "; ".join(spec_differences(saved.get("spec", {}), spec)) or "the fingerprint's fields"
+            raise ConfigError(f"{path}:1: this folder holds a study with other settings ({changed}); use another "
+                              "--out, or the same options to continue it")  # fmt: skip
         return [Setting(**s["setting_state"]) for s in saved["settings"]]
     settings = grid(spec)
     assign_steps(spec, settings)
+    warn_unequal_generator_sweep(settings)
     for s in settings:
         s.config(spec)  # every setting's config is valid before anything runs
     write_json(path, {
@@ -249,7 +274,7 @@ def pretrained(run: Path, steps: int) -> bool:
 
 
 def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int | None = None,
-                     loggers: tuple[str, ...] = ()) -> int:  # fmt: skip
+                     loggers: tuple[str, ...] = (), progress: bool = True) -> int:  # fmt: skip
     """One setting's pretraining (resumed from its checkpoints if it has any); `threads`: in a worker process,
     its share of the CPU cores."""
     import torch
@@ -261,7 +286,7 @@ def _pretrain_worker(cfg_dict: dict, run: str, device: str | None, threads: int 
     if threads is not None:
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
-    meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers)
+    meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)
     return meta.step
 
 
@@ -298,18 +323,19 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     workers = max(1, min(spec.parallel, len(todo)))
     if workers == 1:  # in this process, with its threads
         for s, run in todo:
-            print(f"== pretraining {s.name}: {s.steps} steps -> {run}", flush=True)
+            print(f"== pretraining {s.name}: {plural(s.steps, 'step')} -> {run}", flush=True)
             step = _pretrain_worker(dataclasses.asdict(s.config(spec)), str(run), spec.device,
-                                    loggers=tuple(spec.loggers))  # fmt: skip
+                                    loggers=tuple(spec.loggers), progress=spec.progress)  # fmt: skip
             _stop_if_short(s, step)
         return
     threads = max(1, (os.cpu_count() or 1) // workers)
     import multiprocessing
 
-    print(f"== pretraining {len(todo)} settings, {workers} at a time ({threads} threads each)", flush=True)
+    print(f"== pretraining {plural(len(todo), 'setting')}, {workers} at a time ({plural(threads, 'thread')} each)",
+          flush=True)  # fmt: skip
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_pretrain_worker, dataclasses.asdict(s.config(spec)), str(run), spec.device, threads,
-                               tuple(spec.loggers)) for s, run in todo]  # fmt: skip
+                               tuple(spec.loggers), spec.progress) for s, run in todo]  # fmt: skip
         steps = [f.result() for f in futures]  # re-raises a worker's error
     for (s, _), step in zip(todo, steps, strict=True):
         _stop_if_short(s, step)
@@ -330,16 +356,22 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
     from electra.glue.sweep import SweepSpec, run_sweep
 
     finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    tasks = spec.tasks.split(",")
+    per_setting = len(tasks) * len(spec.seeds)
+    # one bar over the phase's runs, with tqdm's estimate of the time left (advanced as each setting's sweep ends)
+    bar = tqdm(total=len(settings) * per_setting, desc="fine-tuning", unit="run", disable=not spec.progress)
     for s in settings:
         rdir = run_dir(spec, s)
-        print(f"== fine-tuning {s.name} on {spec.tasks} ({len(spec.seeds)} seeds)", flush=True)
-        result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=spec.tasks.split(","),
+        print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
+        result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=tasks,
                                      glue_dir=spec.glue_dir, seeds=list(spec.seeds), finetune=finetune,
                                      recipe=spec.recipe, device=spec.device or "auto", num_workers=spec.parallel,
                                      progress=False, loggers=list(spec.loggers)))  # fmt: skip
+        bar.update(per_setting)
         if not result.ok:
             log.warning("%s: some fine-tuning runs failed (%s); run the study again to retry them", s.name,
                         [f"{f['task']} seed {f['seed']}" for f in result.failed])  # fmt: skip
+    bar.close()
 
 
 def run_study(spec: StudySpec) -> Path:
@@ -347,10 +379,12 @@ def run_study(spec: StudySpec) -> Path:
     from electra.files import folder_lock
     from electra.monitor import check_trackers
     from electra.report import write_report
+    from electra.study_plan import make_plan, plan_lines
 
     check_trackers(spec.loggers)  # a missing tracker package fails now, not after the pretraining
     with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
         settings = start(spec)
+        print("\n".join(plan_lines(make_plan(spec, settings), spec.out)), flush=True)
         pretrain_all(spec, settings)
         finetune_all(spec, settings)
         return write_report([spec.out], Path(spec.out) / "report")

@@ -160,14 +160,14 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
             log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
             problems.append(str(err))
             continue
-        if saved.train.max_steps != cfg.train.max_steps:
-            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
-                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
         diff = config_differences(saved, cfg)
         if diff:
             raise CheckpointError(
                 f"{ckpt} was written with another config; refusing to resume. Differences: {'; '.join(diff[:6])}"
             )
+        if saved.train.max_steps != cfg.train.max_steps:  # said only for a resume that goes ahead
+            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
+                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
         try:
             model.load_state_dict(load_file(ckpt / "model.safetensors"))
             optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))  # weights_only: never
@@ -194,4 +194,23 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
     if candidates:
         raise CheckpointError(f"{path}: no usable checkpoint among {len(candidates)}; the newest: {problems[0]}. "
                               "Restore the files, or start over in another folder")  # fmt: skip
+    refuse_other_kind_of_folder(path)
+    log.warning("%s holds no checkpoint yet: starting a fresh run there", path)
     return None
+
+
+# files that mark a folder another command writes: pretraining into it would mix two kinds of results (the
+# report reads a folder with a config.yaml as a pretraining run and loses the GLUE results)
+OTHER_FOLDERS = {
+    "sweep.json": "a GLUE sweep (electra glue)",
+    "study.json": "a study (electra study)",
+    "results.json": "GLUE results (electra glue)",
+}
+
+
+def refuse_other_kind_of_folder(path: Path) -> None:
+    """Raise CheckpointError when `path` is the folder of a GLUE sweep or a study, not a pretraining run."""
+    for name, what in OTHER_FOLDERS.items():
+        if (path / name).exists() and not (path / "config.yaml").exists():
+            raise CheckpointError(f"{path} holds {what} ({name}), not a pretraining run: refusing to pretrain "
+                                  "into it; give the run's own folder, or another --out")  # fmt: skip

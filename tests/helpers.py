@@ -215,3 +215,36 @@ def prepared_synthetic_corpus(root: Path, num_documents: int, vocab_size: int) -
     tok = train_tokenizer("bpe", vocab_size, [str(text)], root / "tok", show_progress=False).parent
     prepare([str(text)], tok, root / "data", workers=1, show_progress=False)
     return root / "data"
+
+
+# -- GLUE results and studies made up in a test --------------------------------------------------------------------
+
+
+def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = (), metric: str = "accuracy",
+                 baseline: float = 50.0) -> dict:  # fmt: skip
+    """results.json of a sweep whose seeds scored `scores[task]` (on `metric`), `at_chance` tasks flagged, as
+    electra/glue/report.py summarizes them."""
+    from electra.glue.report import summarize
+
+    records = []
+    for task, values in scores.items():
+        for seed, v in enumerate(values):
+            chance = {"at_chance": task in at_chance, "metric": metric, "value": v, "baseline": baseline,
+                      "margin": 5.0, "constant": False}  # fmt: skip
+            records.append({"task": task, "seed": seed, "metrics": {metric: v}, "extra_metrics": {}, "n_train": 10,
+                            "n_eval": 5, "chance": chance, "seconds": 2.0})  # fmt: skip
+    return {k: v for k, v in summarize(records).items() if not k.startswith("_")}
+
+
+def fake_study(root: Path, scores: dict[str, list[float]], task: str = "rte", metric: str = "accuracy") -> Path:
+    """A study folder with only study.json and each setting's GLUE results.json (its seeds scoring
+    `scores[setting]` on `task`'s `metric`); the setting `none` is the no-pretraining baseline."""
+    settings = []
+    for name, values in scores.items():
+        settings.append({"name": name, "kind": "none" if name == "none" else "electra", "steps": 0,
+                         "pretrain": f"runs/{name}/pretrain", "glue": f"runs/{name}/glue"})  # fmt: skip
+        (root / "runs" / name / "glue").mkdir(parents=True)
+        results = glue_results({task: values}, metric=metric)
+        (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(results))
+    (root / "study.json").write_text(json.dumps({"settings": settings}))
+    return root

@@ -100,7 +100,9 @@ def test_summary_statistics_and_interface():
     assert list(s["tasks"]) == ["mnli", "rte", "syn-agree"]  # GLUE order, then custom tasks
     assert s["tasks"]["rte"] == {"n_train": 100, "n_eval": 20, "metrics": {"accuracy": {
         "median": 63.5, "mean": 64.5, "std": pytest.approx(float(np.std(rte, ddof=1))), "min": 61.0, "max": 70.0,
-        "n": 4}}}  # fmt: skip
+        "n": 4}}, "chance": {"metric": "accuracy", "baseline": 50.0, "margin": 5.0, "seeds_at_chance": 0, "n": 4},
+        "seconds": 0.0}  # fmt: skip
+    assert s["tasks"]["syn-agree"]["chance"]["seeds_at_chance"] == 1  # the figures draw the line, the verdicts read it
     assert s["tasks"]["mnli"]["metrics"]["accuracy_mm"] == {"median": 82.0, "mean": 82.0, "std": 0.0, "min": 82.0,
                                                            "max": 82.0, "n": 1}  # fmt: skip
     assert s["scores"] == {"paper": None, "glue": None, "study": None}

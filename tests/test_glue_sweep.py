@@ -55,7 +55,8 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
                         "mnli": ["accuracy_m", "accuracy_mm"], "rte": ["accuracy"],
                         "syn-agree": ["accuracy", "mcc"]}  # fmt: skip
     for task, entry in r["tasks"].items():
-        assert set(entry) == {"n_train", "n_eval", "metrics"}
+        assert set(entry) == {"n_train", "n_eval", "metrics", "chance", "seconds"}
+        assert entry["seconds"] > 0 and entry["chance"]["n"] == 2
         assert list(entry["metrics"]) == expected_metrics[task]
         assert (entry["n_train"], entry["n_eval"]) == {"mnli": (32, 32), "syn-agree": (64, 32)}.get(task, (32, 16))
         for metric, s in entry["metrics"].items():

@@ -164,3 +164,66 @@ def test_a_corrupt_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog)
     (newest / "model.safetensors").write_bytes(b"garbage")
     meta = pretrain(load_config("tiny", FAST + ["train.max_steps=4", "train.save_every=2"]), run, resume="auto")
     assert "skipping unreadable checkpoint" in caplog.text and meta.step == 4
+
+
+def test_a_signal_is_recorded_in_run_json_and_cleared_by_the_resumed_session(tmp_path, monkeypatch):
+    """SIGINT at step 3 (sent from inside the loop, so deterministic): run.json says which signal stopped it; the
+    resumed session that runs to the end clears it and adds its own session (device, world size, start step)."""
+    import os
+
+    import electra.pretraining as loop
+
+    real = loop.step_batches
+
+    def interrupted(run, step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(run, step)
+
+    monkeypatch.setattr(loop, "step_batches", interrupted)
+    cfg = load_config("tiny", FAST + ["train.max_steps=6", "train.save_every=100"])
+    meta = pretrain(cfg, tmp_path / "run")
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta.step == 3 and saved["step"] == 3 and saved["stopped_by_signal"] == signal.SIGINT
+    monkeypatch.setattr(loop, "step_batches", real)
+    pretrain(cfg, tmp_path / "run", resume="auto")
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert saved["step"] == 6 and saved["stopped_by_signal"] is None
+    assert [(s["device"], s["world_size"], s["start_step"]) for s in saved["sessions"]] == [("cpu", 1, 0),
+                                                                                          ("cpu", 1, 3)]  # fmt: skip
+    assert saved["sessions"][1]["start_seconds"] > 0
+
+
+def test_resume_auto_refuses_a_glue_or_study_folder_and_says_a_fresh_start(tmp_path, caplog):
+    """--resume auto on a GLUE sweep's folder used to start pretraining inside it (and the report then lost the
+    GLUE results); on an empty folder it started afresh without a word."""
+    cfg = load_config("tiny", FAST + ["train.max_steps=2"])
+    for marker in ("sweep.json", "study.json"):
+        folder = tmp_path / marker.split(".")[0]
+        folder.mkdir()
+        (folder / marker).write_text("{}")
+        with pytest.raises(CheckpointError, match=r"not a pretraining run: refusing to pretrain into it"):
+            pretrain(cfg, folder, resume="auto")
+        assert not (folder / "config.yaml").exists() and not (folder / "metrics.jsonl").exists()
+    meta = pretrain(cfg, tmp_path / "empty", resume="auto")
+    assert meta.step == 2 and "holds no checkpoint yet: starting a fresh run there" in caplog.text
+
+
+def test_no_max_steps_warning_before_a_refusal(tmp_path, caplog):
+    run = tmp_path / "run"
+    pretrain(load_config("tiny", FAST + ["train.max_steps=2", "train.save_every=2"]), run)
+    other = load_config("tiny", FAST + ["train.max_steps=4", "train.lr=5e-3"])
+    with pytest.raises(CheckpointError, match="another config"):
+        pretrain(other, run, resume="auto")
+    assert "max_steps 2 -> 4" not in caplog.text  # the resume did not happen: the schedule changes nothing
+    pretrain(load_config("tiny", FAST + ["train.max_steps=4", "train.save_every=2"]), run, resume="auto")
+    assert "max_steps 2 -> 4" in caplog.text
+
+
+def test_the_progress_bar_shows_no_discriminator_for_mlm():
+    from electra.pretraining import progress_fields
+
+    row = {"mlm_loss": 3.21, "disc_loss": float("nan"), "disc_recall": float("nan")}
+    assert progress_fields(load_config("tiny", ["objective.kind=mlm"]), row) == {"mlm": "3.210"}
+    row = {"mlm_loss": 3.21, "disc_loss": 0.25, "disc_recall": 0.5}
+    assert progress_fields(load_config("tiny"), row) == {"mlm": "3.210", "disc": "0.250", "recall": "0.50"}

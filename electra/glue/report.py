@@ -1,7 +1,8 @@
 """The report of a sweep: per-task statistics over seeds and the three aggregate scores (docs/glue.md).
 
     results.json  the stable interface: {"tasks": {TASK: {"n_train", "n_eval", "metrics": {METRIC: {"median",
-                  "mean", "std", "min", "max", "n"}}}}, "scores": {"paper", "glue", "study"}, "missing": [...]}
+                  "mean", "std", "min", "max", "n"}}, "chance": {"metric", "baseline", "margin", "seeds_at_chance",
+                  "n"}, "seconds"}}, "scores": {"paper", "glue", "study"}, "missing": [...]}
     results.csv   one row per (task, metric), then the aggregates
     results.md    the same for people, with what each aggregate includes and the chance-level warnings
 
@@ -89,6 +90,7 @@ def summarize(records: list[dict]) -> dict:
         tasks[name] = {
             "n_train": runs[0]["n_train"], "n_eval": runs[0]["n_eval"],
             "metrics": {m: stats([r["metrics"][m] for r in runs]) for m in metric_names},
+            "chance": chance_summary(runs), "seconds": float(sum(r.get("seconds") or 0.0 for r in runs)),
         }  # fmt: skip
         medians[name] = {m: s["median"] for m, s in tasks[name]["metrics"].items()}
         for extra in runs[0].get("extra_metrics", {}):  # MNLI's merged accuracy, for the study score
@@ -102,6 +104,17 @@ def summarize(records: list[dict]) -> dict:
         "_aggregates": aggregates,
         "_runs": by_task,
     }
+
+
+def chance_summary(runs: list[dict]) -> dict:
+    """What a model that ignores its input scores on this task (the training set's majority class, or 0 for MCC
+    and correlations; electra/glue/metrics.py chance_check), its noise band, and how many seeds fell inside it."""
+    checks = [r["chance"] for r in runs]
+    return {
+        "metric": checks[0]["metric"], "baseline": float(np.median([c["baseline"] for c in checks])),
+        "margin": float(np.median([c["margin"] for c in checks])),
+        "seeds_at_chance": sum(bool(c["at_chance"]) for c in checks), "n": len(checks),
+    }  # fmt: skip
 
 
 def chance_lines(by_task: dict[str, list[dict]]) -> list[str]:

@@ -1,0 +1,145 @@
+"""What `electra study` will do, printed before it starts (it asks nothing): each setting with its steps, its
+training FLOPs (the official ELECTRA accounting, as `electra flops` counts them) and its estimated pretraining
+time, the fine-tuning runs, and an estimated wall time. The estimates come from timed steps on this device, as a
+`seconds=` budget's steps do: a pretraining step of each setting (electra/study.py seconds_per_step), and one
+fine-tuning step of the base model at the recipe's batch and full length (an upper bound: batches are padded only
+to their longest example).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from electra.wording import budget, duration, plural
+
+FINETUNE_TIMED_STEPS = 3  # timed fine-tuning steps (after one untimed)
+
+
+@dataclass
+class SettingPlan:
+    name: str
+    kind: str
+    steps: int
+    flops: float
+    seconds: float | None
+    """Estimated pretraining seconds (None: nothing left to do)."""
+
+
+@dataclass
+class Plan:
+    settings: list[SettingPlan]
+    budget: str
+    tasks: dict[str, int]
+    """Task -> optimizer steps of one fine-tuning run."""
+    seeds: int
+    finetune_step_seconds: float | None
+
+    @property
+    def finetune_runs(self) -> int:
+        return len(self.settings) * len(self.tasks) * self.seeds
+
+    @property
+    def finetune_seconds(self) -> float | None:
+        if self.finetune_step_seconds is None:
+            return None
+        return len(self.settings) * self.seeds * sum(self.tasks.values()) * self.finetune_step_seconds
+
+    @property
+    def pretrain_seconds(self) -> float:
+        # --parallel workers split the CPU cores: about the same total on a CPU
+        return sum(s.seconds for s in self.settings if s.seconds is not None)
+
+
+def make_plan(spec, settings) -> Plan:
+    """Time what needs timing and count the rest; `spec` and `settings` as electra/study.py builds them."""
+    from electra.flops import off_train_flops
+    from electra.study import pretrained, run_dir, seconds_per_step
+
+    rows = []
+    for s in settings:
+        cfg = s.config(spec)
+        flops = off_train_flops(cfg, s.steps) if s.steps else 0.0
+        if s.kind == "none" or pretrained(run_dir(spec, s) / "pretrain", s.steps):
+            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None))
+            continue
+        per_step = s.seconds_per_step or seconds_per_step(cfg, spec.device)
+        rows.append(SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps))
+    tasks, step = finetune_lengths(spec), None
+    if tasks:
+        step = finetune_step_seconds(settings[0].config(spec), spec)
+    return Plan(rows, spec.budget, tasks, len(spec.seeds), step)
+
+
+def finetune_lengths(spec) -> dict[str, int]:
+    """Task -> optimizer steps of one run of the study's recipe (electra/glue/finetune.py run_length)."""
+    from electra.config import load_finetune_config
+    from electra.glue.finetune import run_length
+    from electra.glue.loading import load_task
+    from electra.glue.tasks import resolve_tasks
+
+    cfg = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    found, _ = resolve_tasks(spec.tasks.split(","), spec.glue_dir)
+    lengths = {}
+    for t in found:
+        n = load_task(t).n_train
+        pairs = 2 if cfg.swap_pairs and t.task.unordered else 1  # OFF's double_unordered (MRPC, STS-B)
+        lengths[t.task.name] = run_length(n * pairs, t.task, cfg)[1]
+    return lengths
+
+
+def finetune_step_seconds(cfg, spec) -> float:
+    """Median seconds of a fine-tuning step of the base model (the discriminator body, a two-class head) at the
+    recipe's batch size and full length on the study's device."""
+    import torch
+    import torch.nn.functional as F
+
+    from electra.bench import sync, synthetic_batch
+    from electra.config import load_finetune_config
+    from electra.glue.heads import GlueModel
+    from electra.glue.optim import build_optimizer
+    from electra.model import ElectraModel
+    from electra.optim import clip_and_step
+
+    ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = GlueModel(ElectraModel(cfg.model), cfg.model, ft.head, 2).to(dev)
+    opt = build_optimizer(model, ft, cfg.model.num_layers)
+    batch = synthetic_batch(cfg.model.vocab_size, ft.batch_size, min(ft.max_length, cfg.model.max_position_embeddings),
+                            dev)  # fmt: skip
+    labels = torch.zeros(ft.batch_size, dtype=torch.long, device=dev)
+    times = []
+    for i in range(1 + FINETUNE_TIMED_STEPS):
+        sync(dev)
+        start = time.perf_counter()
+        F.cross_entropy(model(*batch).float(), labels).backward()
+        clip_and_step(opt, None, list(model.parameters()), ft.grad_clip)
+        sync(dev)
+        if i:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def plan_lines(plan: Plan, out: str) -> list[str]:
+    """The plan as printed: one line per setting, the fine-tuning runs, the estimated wall time."""
+    width = max(len(s.name) for s in plan.settings)
+    lines = [f"== the plan of study {out}: {plural(len(plan.settings), 'setting')}, budget "
+             f"{budget(plan.budget)} each"]  # fmt: skip
+    for s in plan.settings:
+        if s.kind == "none":
+            when = "no pretraining (random initialisation)"
+        elif s.seconds is None:
+            when = "pretrained already"
+        else:
+            when = f"about {duration(s.seconds)}"
+        lines.append(f"   {s.name:<{width}}  {s.kind:<7} {plural(s.steps, 'step'):>14}  {s.flops:9.3g} FLOPs  {when}")
+    runs = plural(plan.finetune_runs, "fine-tuning run")
+    per_task = ", ".join(f"{t} {plural(n, 'step')}" for t, n in plan.tasks.items())
+    lines.append(f"   then {runs}: {plural(len(plan.settings), 'setting')} x {plural(len(plan.tasks), 'task')} x "
+                 f"{plural(plan.seeds, 'seed')} ({per_task})")  # fmt: skip
+    total = plan.pretrain_seconds + (plan.finetune_seconds or 0.0)
+    finetune = "" if plan.finetune_seconds is None else f" + fine-tuning about {duration(plan.finetune_seconds)}"
+    lines.append(f"   estimated wall time: about {duration(total)} (pretraining about {duration(plan.pretrain_seconds)}"
+                 f"{finetune}; from timed steps on this device)")  # fmt: skip
+    return lines

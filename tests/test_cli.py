@@ -1,0 +1,54 @@
+"""The command line's paper cuts: one quiet flag on every command, "did you mean" for a misspelled key, and counts
+printed as people write them."""
+
+from __future__ import annotations
+
+import pytest
+
+from electra.cli import COMMANDS, main
+from electra.config import ConfigError, load_config
+from electra.wording import budget, plural
+
+# the least each command needs to parse
+REQUIRED = {
+    "tokenizer": ["train", "--out", "x", "in.txt"], "data": ["prepare", "--tokenizer", "t", "--out", "x", "in.txt"],
+    "pretrain": ["--out", "x"], "glue": ["--out", "x"], "study": ["--out", "x"], "report": ["x"],
+    "export-hf": ["run", "out"], "import-hf": ["--discriminator", "d", "--generator", "g", "--out", "x"],
+    "flops": [], "bench": ["pretrain"], "demo": [],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_takes_quiet(command):
+    """`electra COMMAND ... --quiet` parses (pretrain refused it; glue only had --no-progress)."""
+    import argparse
+
+    _, add, _ = COMMANDS[command]
+    parser = argparse.ArgumentParser()
+    add(parser)
+    assert parser.parse_args([*REQUIRED[command], "--quiet"]).quiet is True
+    assert parser.parse_args(REQUIRED[command]).quiet is False
+
+
+def test_pretrain_quiet_draws_no_progress_bar(tmp_path, capsys):
+    args = ["pretrain", "--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--eval-every", "1000",
+            "--set", "train.eval_batches=1"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert "pretrain:" not in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "loud")]) == 0
+    assert "pretrain:" in capsys.readouterr().err  # the bar is there without --quiet
+
+
+def test_a_misspelled_key_gets_a_did_you_mean():
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.max_step'; did you mean 'train\.max_steps'\?"):
+        load_config("tiny", ["train.max_step=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'modle'; did you mean 'model'\?"):
+        load_config("tiny", ["modle.hidden_size=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.zzz'; valid keys"):  # nothing close: no guess
+        load_config("tiny", ["train.zzz=3"])
+
+
+def test_counts_and_budgets_read_as_people_write_them():
+    assert [plural(1, "seed"), plural(3, "seed"), plural(1200, "step")] == ["1 seed", "3 seeds", "1,200 steps"]
+    assert budget("flops=161988147200.0") == "flops=1.62e+11" and budget("steps=6000") == "steps=6,000"
+    assert budget("steps") == "steps"
