@@ -68,6 +68,8 @@ class RunMeta:
     nonfinite_skipped: int = 0
     """Updates skipped because the loss or a gradient was not finite."""
     consecutive_nonfinite: int = 0
+    scaler_backoffs: int = 0
+    """fp16 only: updates skipped while the GradScaler lowered its loss scale (not counted as non-finite)."""
     collapsed: bool = False
     """The held-out discriminator metrics stayed at the collapse level for `collapse_patience` evaluations."""
     collapse_streak: int = 0
@@ -78,6 +80,12 @@ class RunMeta:
     train_seconds: float = 0.0
     """Wall-clock seconds spent in training steps, evaluation and saves, summed over resumed sessions."""
     stopped_by_signal: int | None = None
+    precision: str = "unknown"
+    """The autocast precision this session resolved train.precision to ..."""
+    precision_reason: str = ""
+    """... and why (electra.devices.choose_precision)."""
+    compiled: bool = False
+    """Whether this session ran the step under torch.compile."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)

@@ -86,7 +86,9 @@ def test_hf_baseline_is_the_same_model_with_a_full_vocabulary_head():
 
 
 def test_training_step_lowers_the_loss_on_a_fixed_batch():
-    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32"])
+    cfg = load_config(
+        "tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32", "train.warmup_steps=0"]
+    )  # step(0) at the full rate: the schedule's lr for step 0
     step = bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False)
     # the same example ids each step: the same masked batch, which AdamW at 5e-4 fits quickly
     losses = [step(0).item() for _ in range(15)]
