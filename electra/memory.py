@@ -3,11 +3,11 @@
 Conservative by construction (an upper bound, not a best guess), in the precision the run resolved:
 
     weights, gradients, Adam moments:  16 bytes per parameter (fp32 master weights in every precision)
-    activations per layer:             T * b * H * (34 + 5 * heads * T / H) values
+    activations per layer:             T * b * H * (34 + 5 * heads * T / H) bytes with 16-bit activations
                                        (Korthikanti et al. 2022, "Reducing Activation Recomputation", eq. 1),
-                                       at 4 bytes in fp32 and 3 under bf16/fp16 autocast (its LayerNorm, softmax
-                                       and residual stream stay fp32, so the paper's 2 bytes are a lower bound);
-                                       summed over generator and discriminator layers
+                                       x 2 in fp32 and x 1.5 under bf16/fp16 autocast (its LayerNorm, softmax and
+                                       residual stream stay fp32, so the paper's all-16-bit count is a lower
+                                       bound); summed over generator and discriminator layers
     generator head:                    6 fp32 copies of the (b, N, V) logits: the logits, their log-softmax and
                                        its gradient for the loss, the sampler's CDF, and two temporaries
     margin:                            x 1.25 for the allocator's fragmentation, plus 0.75 GiB on CUDA for the
@@ -27,7 +27,7 @@ from electra.config import EncoderSize, ModelConfig, PretrainConfig
 
 MARGIN = 1.25
 LOGIT_COPIES = 6
-AUTOCAST_BYTES = 3  # per activation value under autocast: half 16-bit (matmul outputs), half fp32 (norms, softmax)
+AUTOCAST_FACTOR = 1.5  # of the all-16-bit activation bytes: under autocast about half the values stay fp32
 CUDA_CONTEXT_BYTES = 0.75 * 2**30
 
 
@@ -72,8 +72,8 @@ def estimate_peak_bytes(cfg: PretrainConfig, micro_batch: int, precision: str = 
     activations = 0.0
     m = cfg.model
     for s in (m.discriminator,) if cfg.objective.kind == "mlm" else (m.generator, m.discriminator):
-        values_per_layer = T * b * s.hidden_size * (34 + 5 * s.num_heads * T / s.hidden_size)
-        activations += s.num_layers * values_per_layer * (4 if precision == "fp32" else AUTOCAST_BYTES)
+        bytes_16bit = T * b * s.hidden_size * (34 + 5 * s.num_heads * T / s.hidden_size)  # per layer
+        activations += s.num_layers * bytes_16bit * (2 if precision == "fp32" else AUTOCAST_FACTOR)
     head = LOGIT_COPIES * cfg.num_mask_slots * b * cfg.model.vocab_size * 4
     context = CUDA_CONTEXT_BYTES if device_type == "cuda" else 0.0
     return MARGIN * (16 * parameter_count(cfg) + activations + head) + context

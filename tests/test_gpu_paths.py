@@ -21,7 +21,7 @@ from electra.masking import sample_replacements
 from electra.memory import LOGIT_COPIES, estimate_peak_bytes, parameter_count
 from electra.optim import learning_rate
 from electra.prefetch import Prefetcher
-from electra.pretraining import plan_step, prefetch_batches, pretrain, setup, step_batches
+from electra.pretraining import micro_batch_size, plan_step, prefetch_batches, pretrain, setup, step_batches
 from electra.step import Window, train_step
 from electra.study import calibration_step
 from tests.helpers import masked, random_batch, tiny_model
@@ -172,10 +172,12 @@ def test_the_memory_estimate_is_conservative_and_resolved():
     logits = cfg.num_mask_slots * 128 * cfg.model.vocab_size * 4
     floor = 16 * parameter_count(cfg) + LOGIT_COPIES * logits
     assert estimate_peak_bytes(cfg, 128, "bf16") > floor + 0.5 * 2**30  # plus activations and the CUDA context
-    # a 6 GB card accumulates at batch 128 in bf16 (the estimate of `auto` counted as 16-bit said 4.3 GB)
+    # a 6 GB card accumulates at batch 128 in bf16 (the estimate with 3 logit copies, no context: 4.3 GB)
     six = load_config("small", ["train.max_memory_gb=6"])
-    plan = plan_step(six, 128, torch.device("cpu"))
-    assert plan.micro_batch < 128 and 128 % plan.micro_batch == 0
+    micro = micro_batch_size(six, 128, "bf16", torch.device("cuda", 0))
+    assert micro < 128 and 128 % micro == 0
+    plan = plan_step(six, 128, CPU)  # `auto` is resolved before estimating, then the estimate is in its precision
+    assert plan.micro_batch == micro_batch_size(six, 128, plan.precision.name, CPU)
 
 
 # -- fp16 loss-scale back-offs --------------------------------------------------------------------------------
