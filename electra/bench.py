@@ -33,7 +33,7 @@ from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.heads import GlueModel
 from electra.glue.optim import build_optimizer as glue_optimizer
 from electra.masking import mask_tokens
-from electra.memory import keep_freed_memory_in_heap
+from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
 from electra.model import ElectraModel, build_model
 from electra.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
 from electra.step import train_step
@@ -328,6 +328,7 @@ def bench_pretrain(s: BenchSettings, impl: str = "ours") -> dict:
     out["hours_per_1m_steps"] = out["ms_per_step"] / 3.6  # 1e6 steps x ms / (3.6e6 ms per hour)
     out.update(preset=s.preset, batch_size=B, seq_len=T, steps=s.steps, warmup=warmup, probe_size=probe.size)
     out.update(**peak_memory(device), **environment(s, device, s.dtype, s.compile))
+    out["memory_estimate_gb"] = estimate_peak_bytes(cfg, B, s.dtype, device.type) / 2**30  # --max-memory-gb's
     out["flops_formula"] = "3 x forward matmuls (electra.flops.pretrain_step_flops)"
     return out
 

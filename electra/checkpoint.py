@@ -86,6 +86,10 @@ class RunMeta:
     """... and why (electra.devices.choose_precision)."""
     compiled: bool = False
     """Whether this session ran the step under torch.compile."""
+    peak_memory_gb: float | None = None
+    """CUDA: torch.cuda.max_memory_allocated of this session so far (GiB) ..."""
+    memory_estimate_gb: float | None = None
+    """... beside what --max-memory-gb's estimate (electra/memory.py) says for its micro-batch."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)

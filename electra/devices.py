@@ -110,10 +110,13 @@ def resolve_precision(asked: str, device: torch.device, hidden_size: int) -> Pre
     return choose_precision(asked, device.type, cpu_amx_bf16=amx, hidden_size=hidden_size)
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16/fp16 autocast on the device, or a no-op context for fp32 (reusable: entered once per forward)."""
     if precision in ("bf16", "fp16"):
-        return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+        return torch.autocast(device.type, dtype=DTYPES[precision])
     return contextlib.nullcontext()
 
 

@@ -279,6 +279,15 @@ def step_batches(run: Run, step: int, host: list[dict] | None = None) -> tuple[l
     return batches, [masked_batch(run.cfg, run.tokens, b, run.special) for b in batches]
 
 
+def record_memory(run: Run, meta: RunMeta) -> None:
+    """On CUDA, the peak allocated so far beside the estimate for this micro-batch (no device sync)."""
+    if run.device.type != "cuda":
+        return
+    micro = run.per_rank // run.accum
+    meta.peak_memory_gb = round(torch.cuda.max_memory_allocated(run.device) / 2**30, 3)
+    meta.memory_estimate_gb = round(estimate_peak_bytes(run.cfg, micro, run.precision.name, "cuda") / 2**30, 3)
+
+
 # -- the loop -------------------------------------------------------------------------------------------------
 
 
@@ -349,6 +358,7 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
             if signalled is not None:
                 meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
             if save_now:
+                record_memory(run, meta)
                 training_state.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
                                             run.rank, run.world, {"window": window.state()})  # fmt: skip
             if signalled is not None:

@@ -10,6 +10,7 @@ comes back by a non-blocking copy the host reads at the next step, by when the d
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 
@@ -37,6 +38,9 @@ class StopVote:
         self._cast = False
 
     def handle(self, num: int, _frame: FrameType | None) -> None:
+        if self.local:  # a second signal: the first is not being honoured (e.g. a peer died mid-collective)
+            signal.signal(num, signal.SIG_DFL)
+            os.kill(os.getpid(), num)
         self.local = max(self.local, num)
 
     def listen(self) -> None:

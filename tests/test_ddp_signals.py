@@ -87,6 +87,20 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
     return None
 
 
+def _start_torchrun(port: int, *args: str) -> subprocess.Popen:
+    """`electra ARGS` under torchrun with 2 processes, in a session of its own (killed whole by `_kill_group`)."""
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), "-m", "electra.cli"]
+    return subprocess.Popen([cli_command()[0], *launch, *args], env=child_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """A hung run (the failure these tests look for) must not outlive the test: kill torchrun and its workers."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _lines(run: Path) -> int:
     path = run / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -99,16 +113,17 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_and_resumes_bit_identically(tm
     result = torchrun(2, 29631, *COMMON, *steps, "--out", str(straight), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29632", "-m", "electra.cli"]
-    proc = subprocess.Popen([cli_command()[0], *launch, *COMMON, *steps, "--out", str(stopped)], env=child_env(),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    deadline = time.time() + 300
-    while time.time() < deadline and _lines(stopped) < 3:  # three steps logged: well inside the run
-        time.sleep(0.05)
-    rank1 = _rank_pid(proc.pid, 1)
-    assert rank1 is not None, "no rank-1 worker found"
-    os.kill(rank1, signal.SIGTERM)  # one node preempted: rank 0 gets no signal
-    output, _ = proc.communicate(timeout=300)  # no hang
+    proc = _start_torchrun(29632, *COMMON, *steps, "--out", str(stopped))
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and _lines(stopped) < 3:  # three steps logged: well inside the run
+            time.sleep(0.05)
+        rank1 = _rank_pid(proc.pid, 1)
+        assert rank1 is not None, "no rank-1 worker found"
+        os.kill(rank1, signal.SIGTERM)  # one node preempted: rank 0 gets no signal
+        output, _ = proc.communicate(timeout=120)  # no hang
+    finally:
+        _kill_group(proc)
     state = json.loads((stopped / "run.json").read_text())
     assert state["stopped_by_signal"] == signal.SIGTERM and 3 <= state["step"] < 40, output[-3000:]
     assert [c.name for c in list_checkpoints(stopped)] == [f"step_{state['step']:08d}"]  # one checkpoint
@@ -125,7 +140,11 @@ def test_stop_on_collapse_stops_every_rank(tmp_path):
     # tiny at step 2 still predicts "original" everywhere: recall 0 reads as a collapse at the first evaluation
     args = [*COMMON, "--max-steps", "6", "--eval-every", "2", "--set", "train.collapse_patience=1",
             "--set", "train.stop_on_collapse=true", "--out", str(tmp_path)]  # fmt: skip
-    result = torchrun(2, 29634, *args, timeout=120)  # before the fix: rank 1 waited in step 3's all-reduce
-    assert result.returncode == 0, result.stderr[-3000:]
+    proc = _start_torchrun(29634, *args)
+    try:
+        output, _ = proc.communicate(timeout=120)  # before the fix: rank 1 waited in step 3's all-reduce
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, output[-3000:]
     state = json.loads((tmp_path / "run.json").read_text())
     assert state["collapsed"] and state["step"] == 2

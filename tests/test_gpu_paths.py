@@ -363,3 +363,16 @@ def test_a_checkpoint_saved_on_cuda_0_resumes_on_this_ranks_device(tmp_path, mon
     meta = pretrain(load_config("tiny", [*args, "train.max_steps=3"]), tmp_path, resume="auto", device="cpu")
     assert meta.step == 3
     assert json.loads((list_checkpoints(tmp_path)[-1] / "state.json").read_text())["step"] == 3
+
+
+def test_glue_fine_tuning_runs_bf16_on_cpu_when_asked_and_auto_as_pretraining():
+    from electra.glue.finetune import autocast_for
+
+    amp = autocast_for(CPU, "bf16", 64)
+    with amp, torch.no_grad():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    auto = devices.resolve_precision("auto", CPU, 256).name  # bf16 on an AMX CPU, fp32 elsewhere
+    with autocast_for(CPU, "auto", 256), torch.no_grad():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == devices.DTYPES[auto]
+    with autocast_for(CPU, "fp32", 256), torch.no_grad():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
