@@ -85,8 +85,6 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
     sits on until it uses context; `mlm_unigram_entropy`, the entropy of those very slots' own frequencies, which no
     model fit on other text reaches (0.25 nats under `mlm_unigram_loss` with a 4096-token vocabulary and ~7,000
     slots: a lower bound, not the plateau)."""
-    from sklearn.metrics import roc_auc_score
-
     was_training = model.training
     model.eval()
     special = torch.tensor(tokens.special_ids, device=device)
@@ -115,8 +113,21 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
         log_freq = token_log_frequencies(train, tokens.vocab_size, tuple(tokens.special_ids))
         metrics["mlm_unigram_loss"] = float(-log_freq[targets].mean()) if len(targets) else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
-    metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
+    metrics["disc_auc"] = roc_auc(y, s)
     return metrics
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve as the Mann-Whitney statistic with tied scores at their average rank (what
+    sklearn's roc_auc_score computes, without needing scikit-learn: the loop runs on a bare GPU machine too).
+    NaN when only one class is present."""
+    y = np.asarray(labels) > 0
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, where, counts = np.unique(np.asarray(scores), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[where]  # 1-based, ties averaged
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def is_collapsed(metrics: dict[str, float]) -> bool:

@@ -279,6 +279,20 @@ def step_batches(run: Run, step: int, host: list[dict] | None = None) -> tuple[l
     return batches, [masked_batch(run.cfg, run.tokens, b, run.special) for b in batches]
 
 
+def export_for_transformers(run: Run) -> None:
+    """RUN/hf for transformers, when it is installed; a bare GPU machine may lack it (then: `electra export-hf`
+    elsewhere, from the final checkpoint)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        log.warning("transformers is not installed: RUN/hf not written (electra export-hf RUN RUN/hf, where it is)")
+        return
+    from electra.hf_compat import to_hf
+
+    tokenizer = run.run_dir / "tokenizer"
+    to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
+
+
 def record_memory(run: Run, meta: RunMeta) -> None:
     """On CUDA, the peak allocated so far beside the estimate for this micro-batch (no device sync)."""
     if run.device.type != "cuda":
@@ -374,10 +388,7 @@ def train(run: Run, loggers: tuple[str, ...] = ()) -> RunMeta:
         for w in writers:
             w.close()
     if run.main_process and meta.step == t.max_steps:
-        from electra.hf_compat import to_hf
-
-        tokenizer = run.run_dir / "tokenizer"
-        to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
+        export_for_transformers(run)
     if run.world > 1:
         dist.barrier()
     return meta

@@ -376,3 +376,17 @@ def test_glue_fine_tuning_runs_bf16_on_cpu_when_asked_and_auto_as_pretraining():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == devices.DTYPES[auto]
     with autocast_for(CPU, "fp32", 256), torch.no_grad():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_the_loops_auc_equals_sklearns_ties_included():
+    from sklearn.metrics import roc_auc_score
+
+    from electra.monitor import roc_auc
+
+    rng = np.random.default_rng(0)
+    for n in (2, 50, 3000):
+        y = rng.integers(0, 2, n).astype(float)
+        y[:2] = [0, 1]
+        s = rng.integers(0, 7, n).astype(np.float32)  # many ties
+        assert roc_auc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert np.isnan(roc_auc(np.ones(4), np.arange(4.0)))
