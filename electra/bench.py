@@ -33,9 +33,9 @@ from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.heads import GlueModel
 from electra.glue.optim import build_optimizer as glue_optimizer
 from electra.masking import mask_tokens
-from electra.memory import keep_freed_memory_in_heap
+from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
 from electra.model import ElectraModel, build_model
-from electra.optim import build_optimizer, clip_and_step
+from electra.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
 from electra.step import train_step
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # the ids of tokenizers we train (electra.data.tokenizer)
@@ -121,9 +121,12 @@ def make_pretrain_step(
     dtype: str,
     compile: bool,
     compile_mode: str | None = None,
+    micro_batch: int | None = None,
 ) -> Callable[[int], Tensor]:
     """A function doing one full training step on a fixed synthetic batch (masking varies with the step); returns
-    the step's loss. `ours` is `electra.step.train_step`, the step the training loop runs."""
+    the step's loss. `ours` is `electra.step.train_step`, the step the training loop runs, over micro-batches of
+    `micro_batch` sequences (default: the whole batch). Step i runs at the schedule's learning rate for step i, as
+    in the loop (so `bench check` compares warm-up steps, not full-rate steps from random weights)."""
     torch.manual_seed(cfg.train.seed)
     input_ids, attention_mask, token_type_ids = synthetic_batch(
         cfg.model.vocab_size, batch_size, cfg.data.seq_len, device
@@ -135,6 +138,10 @@ def make_pretrain_step(
         special = torch.tensor([PAD, CLS, SEP, MASK], device=device)
         slots = num_mask_slots(cfg.objective, cfg.data.seq_len)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        micro = micro_batch or batch_size
+        if batch_size % micro:
+            raise ValueError(f"micro-batch {micro} does not divide the batch {batch_size}")
+        batches = [{k: v[i : i + micro] for k, v in batch.items()} for i in range(0, batch_size, micro)]
     else:
         model = nn.ModuleList(hf_models(cfg)).to(device).train()
         loss_fn = hf_loss_fn(cfg, model, device, dtype)
@@ -144,13 +151,16 @@ def make_pretrain_step(
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step(i: int) -> Tensor:
+        set_learning_rate(opt, learning_rate(i, cfg.train))
         if compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # a new iteration: CUDA graphs may reuse the last outputs
         example_ids = torch.arange(i * batch_size, (i + 1) * batch_size, device=device)
         if impl == "ours":
-            masked = mask_tokens(input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective, slots, MASK,
-                                 special, cfg.model.vocab_size)  # fmt: skip
-            out = train_step(compiled, opt, scaler, params, [batch], [masked], 1, autocast(device, dtype),
+            seed, obj = cfg.train.seed, cfg.objective
+            masked = [mask_tokens(b["input_ids"], b["attention_mask"], ids, seed, obj, slots, MASK, special,
+                                   cfg.model.vocab_size)
+                      for b, ids in zip(batches, example_ids.split(micro), strict=True)]  # fmt: skip
+            out = train_step(compiled, opt, scaler, params, batches, masked, 1, autocast(device, dtype),
                              cfg.train.grad_clip)  # fmt: skip
             return out.loss
         loss = loss_fn(input_ids, attention_mask, token_type_ids, example_ids)
@@ -159,6 +169,8 @@ def make_pretrain_step(
         return loss.detach()
 
     step.model = model  # type: ignore[attr-defined]
+    step.optimizer = opt  # type: ignore[attr-defined]
+    step.settings = {"dtype": dtype, "compile": compile, "micro_batch": micro_batch or batch_size}  # type: ignore[attr-defined]
     return step
 
 
@@ -317,6 +329,7 @@ def bench_pretrain(s: BenchSettings, impl: str = "ours") -> dict:
     out["hours_per_1m_steps"] = out["ms_per_step"] / 3.6  # 1e6 steps x ms / (3.6e6 ms per hour)
     out.update(preset=s.preset, batch_size=B, seq_len=T, steps=s.steps, warmup=warmup, probe_size=probe.size)
     out.update(**peak_memory(device), **environment(s, device, s.dtype, s.compile))
+    out["memory_estimate_gb"] = estimate_peak_bytes(cfg, B, s.dtype, device.type) / 2**30  # --max-memory-gb's
     out["flops_formula"] = "3 x forward matmuls (electra.flops.pretrain_step_flops)"
     return out
 

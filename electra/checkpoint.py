@@ -68,6 +68,8 @@ class RunMeta:
     nonfinite_skipped: int = 0
     """Updates skipped because the loss or a gradient was not finite."""
     consecutive_nonfinite: int = 0
+    scaler_backoffs: int = 0
+    """fp16 only: updates skipped while the GradScaler lowered its loss scale (not counted as non-finite)."""
     collapsed: bool = False
     """The held-out discriminator metrics stayed at the collapse level for `collapse_patience` evaluations."""
     collapse_streak: int = 0
@@ -82,6 +84,16 @@ class RunMeta:
     sessions: list[dict] = dataclasses.field(default_factory=list)
     """One entry per training session (a resumed run has several): device, world_size, start_step and
     start_seconds (train_seconds when it started); a session ends where the next one starts."""
+    precision: str = "unknown"
+    """The autocast precision this session resolved train.precision to ..."""
+    precision_reason: str = ""
+    """... and why (electra.devices.choose_precision)."""
+    compiled: bool = False
+    """Whether this session ran the step under torch.compile."""
+    peak_memory_gb: float | None = None
+    """CUDA: torch.cuda.max_memory_allocated of this session so far (GiB) ..."""
+    memory_estimate_gb: float | None = None
+    """... beside what --max-memory-gb's estimate (electra/memory.py) says for its micro-batch."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)

@@ -122,9 +122,11 @@ def _add_pretrain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int)
     p.add_argument("--log-every", type=int)
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the step (default: on with CUDA, off on CPU)")  # fmt: skip
     p.add_argument("--resume", help="'auto' (newest valid checkpoint of --out) or a checkpoint folder")
-    p.add_argument("--device", help="e.g. cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--device", help="cpu, cuda (under torchrun: the local rank's GPU) or cuda:N (default: cuda if "
+                   "available)")  # fmt: skip
     p.add_argument("--tensorboard", action="store_true", help="also log to RUN/tensorboard")
     p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (offline unless WANDB_MODE)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

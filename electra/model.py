@@ -245,13 +245,20 @@ class Generator(nn.Module):
         return F.linear(self.generator_predictions(h), word_table, self.lm_head_bias)  # (..., V)
 
     def at_slots(self, embedded: Tensor, mask: Tensor | None, masked: MaskedBatch, word_table: Tensor):
-        """(B, N, V) logits at the N chosen slots only (OFF gathers them: no B x T x V tensor) and their (B, N)
-        cross-entropy against the original tokens, in fp32."""
+        """(B, N, V) fp32 logits at the N chosen slots only (OFF gathers them: no B x T x V tensor) and their (B, N)
+        cross-entropy against the original tokens. The head runs with autocast off: logits from a 16-bit matmul,
+        upcast afterwards, would feed the sampler rounded values (and fp16 ones overflow: pytorch/pytorch#41663)."""
         h = self.electra(embedded, mask)  # (B, T, H)
         h = h.gather(1, masked.positions[..., None].expand(-1, -1, h.shape[-1]))  # (B, N, H)
-        logits = self.logits(h, word_table)  # (B, N, V)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), masked.targets.flatten(), reduction="none")
+        with without_autocast(h):
+            logits = self.logits(h.float(), word_table)  # (B, N, V) fp32
+        ce = F.cross_entropy(logits.flatten(0, 1), masked.targets.flatten(), reduction="none")
         return logits, ce.view(masked.positions.shape)
+
+
+def without_autocast(x: Tensor):
+    """A region computed in fp32 whatever autocast the caller entered (on the device of `x`)."""
+    return torch.autocast(x.device.type, enabled=False)
 
 
 class Discriminator(nn.Module):
@@ -373,9 +380,10 @@ class ElectraForPretraining(nn.Module):
 
         # Sample replacements (no gradient flows back into the generator through them).
         temperature = self.temperature if obj.temperature_start is not None else obj.temperature  # buffer: schedule
-        sampled = sample_replacements(
-            gen_logits, masked.targets, masked.keys, temperature, obj.disallow_correct, obj.sampler
-        )
+        with without_autocast(gen_logits):  # fp32 sampling, as OFF samples (and fp16 noise: pytorch#41663)
+            sampled = sample_replacements(
+                gen_logits, masked.targets, masked.keys, temperature, obj.disallow_correct, obj.sampler
+            )
         if obj.uniform_replace_prob > 0:  # easy replacements mixed in: uniform tokens instead of some samples
             coin = keyed_uniform(masked.keys, N, STREAM_UNIFORM_MIX)
             random_token = uniform_tokens(masked.keys, N, self.cfg.vocab_size, STREAM_RANDOM_TOKEN)

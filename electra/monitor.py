@@ -33,12 +33,24 @@ COLLAPSE_AUC = 0.55  # ... or AUC below this, at `collapse_patience` evaluations
 FREQUENCY_SAMPLE_TOKENS = 1_000_000  # training tokens counted for the token-frequency baseline
 
 
-def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+def host_batch(arrays: dict[str, np.ndarray], ids: np.ndarray, pin: bool) -> dict[str, torch.Tensor]:
+    """Examples as CPU tensors (pinned when `pin`, so the copy to the GPU can be non-blocking), with their ids.
+    `no_padding` (a host bool, read without touching the device) says whether the attention mask is all ones."""
     batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
     batch["example_ids"] = torch.from_numpy(ids)
-    if device.type == "cuda":
-        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    if pin:
+        batch = {k: v.pin_memory() for k, v in batch.items()}
+    batch["no_padding"] = bool(arrays["attention_mask"].all())
     return batch
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """The tensors of a `host_batch` on the device (non-blocking from pinned memory); other values as they are."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torch.device) -> dict:
+    return to_device(host_batch(arrays, ids, pin=device.type == "cuda"), device)
 
 
 def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, special: torch.Tensor):
@@ -73,8 +85,6 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
     sits on until it uses context; `mlm_unigram_entropy`, the entropy of those very slots' own frequencies, which no
     model fit on other text reaches (0.25 nats under `mlm_unigram_loss` with a 4096-token vocabulary and ~7,000
     slots: a lower bound, not the plateau)."""
-    from sklearn.metrics import roc_auc_score
-
     was_training = model.training
     model.eval()
     special = torch.tensor(tokens.special_ids, device=device)
@@ -103,8 +113,21 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
         log_freq = token_log_frequencies(train, tokens.vocab_size, tuple(tokens.special_ids))
         metrics["mlm_unigram_loss"] = float(-log_freq[targets].mean()) if len(targets) else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
-    metrics["disc_auc"] = float(roc_auc_score(y, s)) if 0 < y.sum() < len(y) else float("nan")
+    metrics["disc_auc"] = roc_auc(y, s)
     return metrics
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve as the Mann-Whitney statistic with tied scores at their average rank (what
+    sklearn's roc_auc_score computes, without needing scikit-learn: the loop runs on a bare GPU machine too).
+    NaN when only one class is present."""
+    y = np.asarray(labels) > 0
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, where, counts = np.unique(np.asarray(scores), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[where]  # 1-based, ties averaged
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def is_collapsed(metrics: dict[str, float]) -> bool:

@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -36,14 +35,17 @@ from electra import training_state
 from electra.checkpoint import RunMeta
 from electra.config import ConfigError, PretrainConfig, temperature_at
 from electra.data import PretrainingData, TokenizerInfo, open_pretraining_data
+from electra.devices import Precision, autocast_for, enable_tf32, resolve_compile, resolve_device, resolve_precision
 from electra.faults import failpoint
 from electra.files import FolderLock, folder_lock, write_atomic
 from electra.masking import MaskedBatch
 from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
 from electra.model import ElectraForPretraining, build_model
-from electra.monitor import batch_to_device, masked_batch, open_loggers, watch_collapse, write_metrics
+from electra.monitor import host_batch, masked_batch, open_loggers, to_device, watch_collapse, write_metrics
 from electra.optim import build_optimizer, learning_rate, set_learning_rate
+from electra.prefetch import Prefetcher
 from electra.step import Window, train_step
+from electra.stopping import StopVote, agree_on_collapse
 
 log = logging.getLogger("electra.pretrain")
 
@@ -52,12 +54,10 @@ log = logging.getLogger("electra.pretrain")
 
 
 def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
-    """(rank, world size, device). Under torchrun: NCCL on CUDA, gloo on CPU."""
+    """(rank, world size, device). Under torchrun: NCCL on CUDA, gloo on CPU; `device` as `resolve_device`."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    if device is None:
-        device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    dev = resolve_device(device, local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
@@ -65,32 +65,35 @@ def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
     return rank, world, dev
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    if precision != "auto":
-        if precision != "fp32" and device.type != "cuda":
-            raise ValueError(f"precision {precision} needs a CUDA device; use fp32 on {device}")
-        return precision
-    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-
-
-def autocast_for(precision: str, device: torch.device):
-    """bf16/fp16 autocast on the device, or a no-op context for fp32 (reusable: entered once per forward)."""
-    if precision in ("bf16", "fp16"):
-        return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-    return contextlib.nullcontext()
-
-
-def micro_batch_size(cfg: PretrainConfig, per_rank: int, device: torch.device) -> int:
-    """The micro-batch: given, or the largest divisor of the per-rank batch that fits --max-memory-gb."""
+def micro_batch_size(cfg: PretrainConfig, per_rank: int, precision: str, device: torch.device) -> int:
+    """The micro-batch: given, or the largest divisor of the per-rank batch whose estimated peak (in the resolved
+    `precision`, electra/memory.py) fits --max-memory-gb."""
     t = cfg.train
     if t.micro_batch_size is not None:
         return t.micro_batch_size
     if t.max_memory_gb is None:
         return per_rank
     for m in sorted((d for d in range(1, per_rank + 1) if per_rank % d == 0), reverse=True):
-        if estimate_peak_bytes(cfg, m) <= t.max_memory_gb * 2**30:
+        if estimate_peak_bytes(cfg, m, precision, device.type) <= t.max_memory_gb * 2**30:
             return m
     raise ValueError(f"even a micro-batch of 1 does not fit in {t.max_memory_gb} GB")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How this process will run each step: what `setup` resolves, and what a study's seconds= budget times."""
+
+    precision: Precision
+    compiled: bool
+    micro_batch: int
+    """Sequences per forward pass; the per-rank batch / micro_batch micro-batches per step."""
+
+
+def plan_step(cfg: PretrainConfig, per_rank: int, dev: torch.device) -> StepPlan:
+    """Resolve train.precision, train.compile and the micro-batch for `per_rank` sequences on `dev`."""
+    precision = resolve_precision(cfg.train.precision, dev, cfg.model.discriminator.hidden_size)
+    return StepPlan(precision, resolve_compile(cfg.train.compile, dev), micro_batch_size(cfg, per_rank, precision.name,
+                                                                                        dev))  # fmt: skip
 
 
 def code_revision() -> str:
@@ -126,6 +129,10 @@ class Run:
     accum: int
     """Micro-batches per step (gradient accumulation)."""
     autocast: contextlib.AbstractContextManager
+    precision: Precision
+    """The resolved precision and why (also in RUN/run.json)."""
+    special: Tensor
+    """(S,) the special token ids on the device, never masked: built once, not uploaded every step."""
     loop_state: dict | None = None
     """What the loop saved with the resumed checkpoint (the open log window's sums); None for a fresh run."""
     lock: FolderLock | None = None
@@ -174,24 +181,31 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.tokens.vocab_size))
     t = cfg.train
     per_rank = t.batch_size // world
-    micro = micro_batch_size(cfg, per_rank, dev)
+    plan = plan_step(cfg, per_rank, dev)
+    precision, compiled, micro = plan.precision, plan.compiled, plan.micro_batch
     if per_rank % micro:
         raise ConfigError(f"train.micro_batch_size {micro} does not divide the per-process batch {per_rank} "
                           f"(train.batch_size {t.batch_size} over {world} processes)")  # fmt: skip
-    precision = resolve_precision(t.precision, dev)
+    tf32 = enable_tf32(dev)
+    if rank == 0:
+        log.info("precision %s (%s); torch.compile %s; TF32 matmuls %s", precision.name, precision.reason,
+                 "on" if compiled else "off", "on" if tf32 else "off")  # fmt: skip
 
     torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
     raw_model = build_model(cfg).to(dev)
     optimizer = build_optimizer(raw_model, t, dev)
-    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
+    scaler = torch.amp.GradScaler(dev.type, enabled=precision.name == "fp16")
     meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world), None
     if resume is None and ckpt_io.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:
         where = run_dir if resume == "auto" else Path(resume)
-        restored = training_state.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world)
+        restored = training_state.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world, dev)
         if restored is not None:
             meta, loop_state = restored
+        training_state.check_same_resume_step(meta.step, where, rank, world)
+    meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
+    meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
     if rank == 0:
         prepare_run_dir(run_dir, cfg, data.tokens, meta)
     if world > 1:
@@ -199,11 +213,32 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
 
     model: nn.Module = raw_model
     if world > 1:
-        model = nn.parallel.DistributedDataParallel(raw_model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    if t.compile:
+        model = wrap_ddp(raw_model, dev)
+    if compiled:
         model = torch.compile(model, dynamic=False)
+    special = torch.tensor(data.tokens.special_ids, device=dev)
     return Run(cfg, run_dir, rank, world, dev, data, raw_model, model, optimizer, scaler, meta, per_rank,
-               per_rank // micro, autocast_for(precision, dev), loop_state)  # fmt: skip
+               per_rank // micro, autocast_for(precision.name, dev), precision, special, loop_state)  # fmt: skip
+
+
+DDP_BUCKETS = 8
+"""Gradient buckets per step that DDP all-reduces. PyTorch's default bucket (25 MB) holds half of ELECTRA-Small's
+54 MB of fp32 gradients, so the first all-reduce could start only halfway through the backward; ~8 buckets
+let the all-reduces overlap most of it (PyTorch DDP notes: bucket_cap_mb). Unmeasured until a GPU is lent."""
+
+
+def ddp_bucket_mb(model: nn.Module, buckets: int = DDP_BUCKETS) -> float:
+    """bucket_cap_mb giving about `buckets` buckets of the model's fp32 gradients, between 1 and 25 MB."""
+    grad_mb = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad) / 2**20
+    return min(25.0, max(1.0, grad_mb / buckets))
+
+
+def wrap_ddp(model: nn.Module, dev: torch.device) -> nn.parallel.DistributedDataParallel:
+    """DDP with the gradients living in the buckets (gradient_as_bucket_view: no copy into them, less memory)."""
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=[dev.index] if dev.type == "cuda" else None, gradient_as_bucket_view=True,
+        bucket_cap_mb=ddp_bucket_mb(model),
+    )  # fmt: skip
 
 
 def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: RunMeta) -> None:
@@ -223,13 +258,48 @@ def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, m
 # -- one optimizer step ---------------------------------------------------------------------------------------
 
 
-def step_batches(run: Run, step: int) -> tuple[list[dict[str, Tensor]], list[MaskedBatch]]:
-    """This process's micro-batches of global step `step`, on the device, with their masked slots."""
+def host_step_batches(run: Run, step: int) -> list[dict]:
+    """This process's micro-batches of global step `step` on the host (pinned for a GPU): the part that the
+    prefetch thread computes ahead, touching no device."""
     first = step * run.cfg.train.batch_size + run.rank * run.per_rank
     ids = np.arange(first, first + run.per_rank, dtype=np.int64)
-    batches = [batch_to_device(run.data.train.examples(i), i, run.device) for i in np.split(ids, run.accum)]
-    special = torch.tensor(run.tokens.special_ids, device=run.device)
-    return batches, [masked_batch(run.cfg, run.tokens, b, special) for b in batches]
+    pin = run.device.type == "cuda"
+    return [host_batch(run.data.train.examples(i), i, pin) for i in np.split(ids, run.accum)]
+
+
+def prefetch_batches(run: Run, start: int) -> Prefetcher:
+    """`host_step_batches` of steps `start` (the resumed step), start + 1, ... read ahead in a thread."""
+    return Prefetcher(lambda s: host_step_batches(run, s), range(start, run.cfg.train.max_steps))
+
+
+def step_batches(run: Run, step: int, host: list[dict] | None = None) -> tuple[list[dict], list[MaskedBatch]]:
+    """This process's micro-batches of global step `step` (`host`: as `host_step_batches` gave them), on the
+    device with their masked slots."""
+    batches = [to_device(b, run.device) for b in (host if host is not None else host_step_batches(run, step))]
+    return batches, [masked_batch(run.cfg, run.tokens, b, run.special) for b in batches]
+
+
+def export_for_transformers(run: Run) -> None:
+    """RUN/hf for transformers, when it is installed; a bare GPU machine may lack it (then: `electra export-hf`
+    elsewhere, from the final checkpoint)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        log.warning("transformers is not installed: RUN/hf not written (electra export-hf RUN RUN/hf, where it is)")
+        return
+    from electra.hf_compat import to_hf
+
+    tokenizer = run.run_dir / "tokenizer"
+    to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
+
+
+def record_memory(run: Run, meta: RunMeta) -> None:
+    """On CUDA, the peak allocated so far beside the estimate for this micro-batch (no device sync)."""
+    if run.device.type != "cuda":
+        return
+    micro = run.per_rank // run.accum
+    meta.peak_memory_gb = round(torch.cuda.max_memory_allocated(run.device) / 2**30, 3)
+    meta.memory_estimate_gb = round(estimate_peak_bytes(run.cfg, micro, run.precision.name, "cuda") / 2**30, 3)
 
 
 # -- the loop -------------------------------------------------------------------------------------------------
@@ -240,8 +310,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None
              ) -> RunMeta:  # fmt: skip
     """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns where the run stands at the end.
 
-    SIGTERM / SIGINT save a checkpoint and stop after the current step (`meta.stopped_by_signal`); the run
-    continues with `resume="auto"`. At the last step the model is also exported for transformers (RUN/hf).
+    SIGTERM / SIGINT (to any one rank, or all) save a checkpoint and stop all ranks at the same step, one or two
+    steps after the signal (`meta.stopped_by_signal`, electra/stopping.py); the run continues with
+    `resume="auto"`. At the last step the model is also exported for transformers (RUN/hf).
     """
     run = setup(cfg, run_dir, resume, device, data)
     try:
@@ -262,10 +333,10 @@ def progress_fields(cfg: PretrainConfig, row: dict) -> dict[str, str]:
 def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> RunMeta:
     """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints."""
     cfg, t, meta = run.cfg, run.cfg.train, run.meta
-    stop: dict[str, int | None] = {"signal": None}
-    handlers = {s: signal.signal(s, lambda num, _: stop.update(signal=num)) for s in (signal.SIGTERM, signal.SIGINT)}
+    vote = StopVote(run.device, run.world)
+    vote.listen()
     writers = open_loggers(loggers, run.run_dir, cfg, resumed_at=meta.step) if run.main_process else []
-    window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite)
+    window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite, meta.scaler_backoffs)
     if run.loop_state is not None:
         window.restore(run.loop_state["window"])
     bar = tqdm(total=t.max_steps, initial=meta.step, desc="pretrain", disable=not (run.main_process and progress),
@@ -277,13 +348,14 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
     meta.sessions.append({"device": meta.device, "world_size": run.world, "start_step": meta.step,
                           "start_seconds": meta.train_seconds})  # fmt: skip
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
+    prefetch = prefetch_batches(run, meta.step)
     try:
         for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
             set_learning_rate(run.optimizer, lr)
             if cfg.objective.temperature_start is not None:
                 run.raw_model.set_temperature(temperature_at(step, cfg.objective))
-            batches, masked = step_batches(run, step)
+            batches, masked = step_batches(run, step, prefetch.get(step))
             out = train_step(run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast,
                              t.grad_clip)  # fmt: skip
             window.add(out)
@@ -292,7 +364,7 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
             meta.train_seconds = seconds_before + time.perf_counter() - session_start
             bar.update(1)
 
-            signalled = stop["signal"]  # read once: a signal arriving later is handled after the next step
+            signalled = vote.cast() or None  # the same on every rank: a signal any rank got by the previous step
             log_now = done % t.log_every == 0 or done == t.max_steps
             save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
             if log_now or save_now:  # the non-finite counts are read here, not in the step
@@ -302,13 +374,16 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
                 if run.main_process:
                     write_metrics(run.run_dir, row, writers)
                     bar.set_postfix(progress_fields(cfg, row))
-            if (done % t.eval_every == 0 or done == t.max_steps) and run.main_process:
-                watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
-                               writers, done)  # fmt: skip
-                failpoint("evaluate")
-            if signalled is not None:  # in run.json and the checkpoint's state.json
-                meta.stopped_by_signal = int(signalled)
+            if done % t.eval_every == 0 or done == t.max_steps:
+                if run.main_process:
+                    watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta,
+                                   run.run_dir, writers, done)  # fmt: skip
+                    failpoint("evaluate")
+                meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
+            if signalled is not None:
+                meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
             if save_now:
+                record_memory(run, meta)
                 training_state.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
                                             run.rank, run.world, {"window": window.state()})  # fmt: skip
             if signalled is not None:
@@ -318,16 +393,13 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
                 log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")
                 break
     finally:
+        prefetch.close()
         bar.close()
-        for s, h in handlers.items():
-            signal.signal(s, h)
+        vote.restore()
         for w in writers:
             w.close()
     if run.main_process and meta.step == t.max_steps:
-        from electra.hf_compat import to_hf
-
-        tokenizer = run.run_dir / "tokenizer"
-        to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
+        export_for_transformers(run)
     if run.world > 1:
         dist.barrier()
     return meta

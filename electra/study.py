@@ -202,22 +202,35 @@ def warn_unequal_generator_sweep(settings: list[Setting]) -> None:
 
 
 def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
-    """Median seconds of a real training step of `cfg` (the loop's `train_step`) on `device`."""
-    import torch
+    """Median seconds of the step `electra pretrain` will run for `cfg` on `device`: the loop's `train_step` in
+    the precision, compile mode and micro-batches the run resolves (electra.pretraining.plan_step)."""
+    from electra.bench import sync
 
-    from electra.bench import make_pretrain_step, sync
-
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    step = make_pretrain_step("ours", cfg, cfg.train.batch_size, dev, "fp32", compile=False)
+    step = calibration_step(cfg, device)
+    warmup = 3 if step.settings["compile"] else 2  # type: ignore[attr-defined]
     times = []
-    for i in range(2 + CALIBRATION_STEPS):
-        sync(dev)
+    for i in range(warmup + CALIBRATION_STEPS):
+        sync(step.device)  # type: ignore[attr-defined]
         start = time.perf_counter()
         step(i)
-        sync(dev)
-        if i >= 2:
+        sync(step.device)  # type: ignore[attr-defined]
+        if i >= warmup:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def calibration_step(cfg: PretrainConfig, device: str | None):
+    """`electra.bench.make_pretrain_step` set up as the run will be (one process, the whole batch)."""
+    from electra.bench import make_pretrain_step
+    from electra.devices import resolve_device
+    from electra.pretraining import plan_step
+
+    dev = resolve_device(device)
+    plan = plan_step(cfg, cfg.train.batch_size, dev)
+    step = make_pretrain_step("ours", cfg, cfg.train.batch_size, dev, plan.precision.name, plan.compiled,
+                              micro_batch=plan.micro_batch)  # fmt: skip
+    step.device = dev  # type: ignore[attr-defined]
+    return step
 
 
 # -- running ----------------------------------------------------------------------------------------------------

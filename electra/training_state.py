@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import shutil
+import socket
 from pathlib import Path
 
 import torch
@@ -140,15 +141,29 @@ def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, r
         dist.barrier()
 
 
-def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
-                           world: int) -> tuple[RunMeta, dict | None] | None:  # fmt: skip
+def check_same_resume_step(step: int, run_dir: Path, rank: int, world: int) -> None:
+    """Every rank resumes from the same step, or all raise: a node that does not see the run folder rank 0 wrote
+    (no shared filesystem) would otherwise start from step 0 beside the others, silently (docs/multinode.md)."""
+    if world == 1:
+        return
+    steps: list = [None] * world
+    dist.all_gather_object(steps, (step, socket.gethostname()))
+    if len({s for s, _ in steps}) > 1:
+        views = ", ".join(f"rank {r} on {host}: step {s}" for r, (s, host) in enumerate(steps))
+        raise CheckpointError(f"the ranks see different checkpoints in {Path(run_dir) / 'checkpoints'} ({views}): "
+                              "a run on several nodes needs the run folder on a filesystem they all share")  # fmt: skip
+
+
+def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int,
+                           device: torch.device | str = "cpu") -> tuple[RunMeta, dict | None] | None:  # fmt: skip
     """Load the newest usable checkpoint of the run folder `path` (or the checkpoint `path`) into model,
     optimizer, scaler and RNG. Every file is checked against SHA256SUMS first; a damaged, edited or unreadable
     checkpoint is skipped with a warning naming the file, and the one before it is tried.
 
     Returns (meta, this rank's saved `loop_state` or None), or None when the run has no checkpoint yet. Raises
     CheckpointError when checkpoints exist but none is usable, or when the newest usable one was written with a
-    config that computes something else."""
+    config that computes something else. Tensors load onto `device`, this rank's, wherever they were saved (a
+    checkpoint of rank 0 on cuda:0 would otherwise load onto cuda:0 in every rank)."""
     path = Path(path)
     candidates = [path] if (path / COMPLETE_MARKER).exists() else list_checkpoints(path)[::-1]
     problems = []
@@ -170,9 +185,10 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
                         saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
         try:
             model.load_state_dict(load_file(ckpt / "model.safetensors"))
-            optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))  # weights_only: never
-            scaler.load_state_dict(torch.load(ckpt / "scaler.pt", weights_only=True))  # runs code from a file
-            rng = torch.load(ckpt / "rng.pt", weights_only=True)
+            # weights_only: never runs code from a file
+            optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=device, weights_only=True))
+            scaler.load_state_dict(torch.load(ckpt / "scaler.pt", map_location="cpu", weights_only=True))
+            rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)  # RNG states are CPU bytes
             meta = RunMeta.from_json((ckpt / "state.json").read_text())
         except Exception as err:  # noqa: BLE001 - any unreadable file means: try the previous checkpoint
             log.warning("skipping unreadable checkpoint %s: %s", ckpt, " ".join(str(err).split())[:500])

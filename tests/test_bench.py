@@ -86,7 +86,9 @@ def test_hf_baseline_is_the_same_model_with_a_full_vocabulary_head():
 
 
 def test_training_step_lowers_the_loss_on_a_fixed_batch():
-    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32"])
+    cfg = load_config(
+        "tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32", "train.warmup_steps=0"]
+    )  # step(0) at the full rate: the schedule's lr for step 0
     step = bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False)
     # the same example ids each step: the same masked batch, which AdamW at 5e-4 fits quickly
     losses = [step(0).item() for _ in range(15)]
@@ -137,3 +139,12 @@ def test_bench_needs_none_of_the_packages_a_bare_gpu_machine_lacks():
         done = run("bench", what, *(TINY if what != "check" else TINY[:-4] + TINY[-2:]))  # check: no --warmup
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.strip().splitlines()[-1])["device"] == "cpu"
+
+
+def test_the_real_loop_needs_none_of_them_either(tmp_path):
+    """scripts/bench_gpu.sh part 5 runs `electra pretrain` (held-out evaluation and a checkpoint included)."""
+    args = ["pretrain", "--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--eval-every", "2",
+            "--set", "train.eval_batches=1", "--set", "data.seq_len=32", "--out", str(tmp_path / "run")]  # fmt: skip
+    done = run_python("-c", BARE_MACHINE, *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"eval_disc_auc"' in (tmp_path / "run" / "metrics.jsonl").read_text()

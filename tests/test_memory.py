@@ -20,12 +20,12 @@ def test_parameter_count_matches_the_model(preset):
 def test_budget_picks_the_largest_fitting_divisor():
     def pick(gb, precision="fp32"):
         cfg = load_config("small", [f"train.max_memory_gb={gb}", f"train.precision={precision}"])
-        return micro_batch_size(cfg, 128, torch.device("cpu"))
+        return micro_batch_size(cfg, 128, precision, torch.device("cuda"))
 
     cfg = load_config("small", ["train.precision=fp32"])
     per_sequence = (estimate_peak_bytes(cfg, 128) - estimate_peak_bytes(cfg, 64)) / 64
     assert per_sequence > 0 and estimate_peak_bytes(cfg, 1) < estimate_peak_bytes(cfg, 2)
-    for gb in (16, 11, 6, 3):
+    for gb in (32, 16, 11, 6, 3):
         m = pick(gb)
         assert 128 % m == 0 and estimate_peak_bytes(cfg, m) <= gb * 2**30
         assert m == 128 or estimate_peak_bytes(cfg, 2 * m) > gb * 2**30

@@ -26,8 +26,10 @@ from tokenizers import Tokenizer
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from electra import devices
 from electra.checkpoint import load_discriminator
 from electra.config import FinetuneConfig, ModelConfig
+from electra.devices import resolve_precision
 from electra.files import write_atomic
 from electra.glue import metrics as M
 from electra.glue.features import Features, collate, encode, eval_batches, train_batches
@@ -87,12 +89,12 @@ def prepare(data: TaskData, tokenizer: Tokenizer, cfg: FinetuneConfig) -> Prepar
     return Prepared(data, enc(train), dev, {k: enc(v) for k, v in data.test.items()})
 
 
-def autocast_for(device: torch.device, precision: str):
-    if device.type == "cuda" and precision in ("auto", "bf16"):
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
+def autocast_for(device: torch.device, precision: str, hidden_size: int):
+    """bf16 autocast or none, as pretraining resolves `precision` (electra/devices.py: bf16 on CUDA >= 8.0 and on
+    AMX CPUs for wide enough models), except that fine-tuning has no loss scaler, so where pretraining's `auto`
+    would pick fp16 (CUDA 7.x) fine-tuning stays in fp32."""
+    name = resolve_precision(precision, device, hidden_size).name
+    return devices.autocast_for("fp32" if name == "fp16" else name, device)
 
 
 def target_scale(task: Task, cfg: FinetuneConfig) -> float:
@@ -160,7 +162,7 @@ def finetune(
     n = len(prep.train)
     epochs, total, warmup = run_length(n, task, cfg)
     gen = torch.Generator().manual_seed(seed)  # data order: a function of the seed only
-    amp = autocast_for(device, cfg.precision)
+    amp = autocast_for(device, cfg.precision, pre.cfg.hidden_size)
     scale = target_scale(task, cfg)
 
     history = []
@@ -217,7 +219,7 @@ def predict(model: GlueModel, feats: Features, cfg: FinetuneConfig, device: torc
     out = np.zeros((len(feats), model.classifier.out_proj.out_features), dtype=np.float32)
     for idx in eval_batches(feats, cfg.eval_batch_size):
         batch = collate(feats, idx)
-        with autocast_for(device, cfg.precision):
+        with autocast_for(device, cfg.precision, model.cfg.hidden_size):
             y = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")))
         out[idx] = y.float().cpu().numpy()
     return out

@@ -1,0 +1,136 @@
+"""Where a process computes and in which precision: the device (`cpu`, `cuda`, `cuda:N`, under torchrun the local
+rank's GPU), the autocast precision that `auto` resolves to and why, and the fp32 matmul mode on CUDA.
+
+`auto` on CUDA: bf16 on compute capability >= 8.0 (Ampere and later have bf16 tensor cores); on 7.x (V100, T4)
+bf16 is only emulated, so fp16 with the GradScaler. `auto` on CPU: bf16 only where the CPU has AMX-BF16 tiles
+and the model is wide enough for them to pay (docs/benchmarks.md, "bf16 on CPU"); fp32 elsewhere. The decision
+and its reason go to the run's log and RUN/run.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from electra.errors import InputError
+
+log = logging.getLogger("electra.devices")
+
+BF16_MIN_CUDA_CAPABILITY = (8, 0)  # Ampere: bf16 tensor cores; 7.x emulates bf16 (slower than fp32)
+CPU_BF16_MIN_HIDDEN = 256
+"""`auto` picks bf16 on an AMX CPU only for a discriminator at least this wide. Measured on an AMX CPU (one
+thread, batch 16, length 128; docs/benchmarks.md): ELECTRA-Small (hidden 256) steps faster in bf16, `tiny`
+(hidden 64) slower: its matmuls are too small for the tiles to outweigh autocast's casts."""
+
+
+class DeviceError(InputError):
+    """The device asked for does not exist here (e.g. CUDA on a machine without one): one line, non-zero exit."""
+
+
+def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
+    """The device this process computes on. None / "auto": the local rank's GPU when CUDA is there, else the CPU;
+    "cuda" without an index: the local rank's GPU (torchrun starts one process per GPU); "cuda:N": GPU N.
+    CUDA asked for where there is none raises DeviceError: never a silent fall-back to the CPU."""
+    if name in (None, "auto"):
+        return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError as err:
+        raise DeviceError(f"--device {name}: not a device name (expected cpu, cuda or cuda:N)") from err
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise DeviceError(f"--device {name}: only cpu, cuda and cuda:N are supported")
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise DeviceError(f"--device {name}: no CUDA device is visible (torch {torch.__version__}, {build})")
+    index = local_rank if dev.index is None else dev.index
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"--device {name}: GPU {index} asked for, {torch.cuda.device_count()} visible")
+    return torch.device("cuda", index)
+
+
+# -- precision ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The autocast precision a run uses, and why (written to the log and RUN/run.json)."""
+
+    name: str
+    """fp32 (no autocast), bf16, or fp16 (with the GradScaler)."""
+    reason: str
+
+
+@functools.lru_cache(maxsize=2)
+def cpu_has_amx_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU has AMX-BF16 tiles: the Linux flag `amx_bf16`, else torch's own probe where it has one."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return "amx_bf16" in line.split()
+    except OSError:
+        pass
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private; absent in some builds
+    return bool(probe()) if probe is not None else False
+
+
+def choose_precision(asked: str, device_type: str, *, cuda_capability: tuple[int, int] | None = None,
+                     cpu_amx_bf16: bool = False, hidden_size: int = 0) -> Precision:  # fmt: skip
+    """The precision for `asked` (auto, fp32, bf16, fp16) from the facts about the device: a pure function."""
+    if asked != "auto":
+        if asked == "fp16" and device_type != "cuda":
+            raise InputError(f"precision fp16 needs a CUDA device (on {device_type}: bf16 or fp32)")
+        if asked == "bf16" and cuda_capability is not None and cuda_capability < BF16_MIN_CUDA_CAPABILITY:
+            log.warning("bf16 asked for on compute capability %d.%d, which emulates it (slow)", *cuda_capability)
+        return Precision(asked, "asked for")
+    if device_type == "cuda":
+        cc = cuda_capability or (0, 0)
+        if cc >= BF16_MIN_CUDA_CAPABILITY:
+            return Precision("bf16", f"auto: compute capability {cc[0]}.{cc[1]} >= 8.0 has bf16 tensor cores")
+        return Precision("fp16", f"auto: compute capability {cc[0]}.{cc[1]} < 8.0 only emulates bf16; fp16 + scaler")
+    if not cpu_amx_bf16:
+        return Precision("fp32", "auto: this CPU has no AMX-BF16 (bf16 would be emulated)")
+    if hidden_size < CPU_BF16_MIN_HIDDEN:
+        return Precision("fp32", f"auto: AMX-BF16 CPU, but hidden size {hidden_size} < {CPU_BF16_MIN_HIDDEN} "
+                                 "gains nothing from bf16")  # fmt: skip
+    return Precision("bf16", f"auto: AMX-BF16 CPU and hidden size {hidden_size} >= {CPU_BF16_MIN_HIDDEN}")
+
+
+def resolve_precision(asked: str, device: torch.device, hidden_size: int) -> Precision:
+    """`choose_precision` with the facts of this machine."""
+    if device.type == "cuda":
+        return choose_precision(asked, "cuda", cuda_capability=torch.cuda.get_device_capability(device))
+    amx = cpu_has_amx_bf16() if asked == "auto" else False
+    return choose_precision(asked, device.type, cpu_amx_bf16=amx, hidden_size=hidden_size)
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16/fp16 autocast on the device, or a no-op context for fp32 (reusable: entered once per forward)."""
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device.type, dtype=DTYPES[precision])
+    return contextlib.nullcontext()
+
+
+def enable_tf32(device: torch.device) -> bool:
+    """TF32 matmuls and convolutions for every fp32 path on Ampere and later (10-bit mantissa inputs, fp32
+    accumulation: what PyTorch's own AMP guide recommends for fp32 training there). Returns whether enabled."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < BF16_MIN_CUDA_CAPABILITY:
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
+def resolve_compile(asked: bool | None, device: torch.device) -> bool:
+    """train.compile: as asked, else on for CUDA (fused kernels, fewer launches) and off on the CPU, where the
+    compiled step measured slower (docs/benchmarks.md)."""
+    return device.type == "cuda" if asked is None else asked

@@ -1,0 +1,81 @@
+"""Stopping a run on every rank at the same step.
+
+A checkpoint is a collective (every rank's RNG state is gathered), so the ranks must decide together to stop:
+a rank that stops alone leaves the others in the step's all-reduce, and the run hangs without a checkpoint. Here
+each rank's signal flag (SIGTERM from a preemption, Ctrl-C) is reduced (max) over ranks once per step, so a signal
+that reached one rank only (one node preempted) stops them all; and rank 0's collapse verdict (only rank 0
+evaluates) is broadcast. The vote is read one step late, so that no step waits for it: on CUDA the reduced flag
+comes back by a non-blocking copy the host reads at the next step, by when the device has finished it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopVote:
+    """The ranks' agreement on a stop signal; install its handler with `listen`, `cast` after every step."""
+
+    def __init__(self, device: torch.device, world: int):
+        self.device, self.world = device, world
+        self.local = 0
+        """The signal this process received (0: none); set by the handler."""
+        self._previous: dict[signal.Signals, object] = {}
+        # Made once: a step uploads nothing (fill_ takes the flag as a kernel argument) and reads the host copy
+        # through a numpy view, not through a tensor read.
+        self._flag = torch.zeros(1, dtype=torch.int32, device=device)
+        cuda = device.type == "cuda"
+        self._host = torch.zeros(1, dtype=torch.int32, pin_memory=True) if cuda else self._flag
+        self._host_view = self._host.numpy()
+        self._event = torch.cuda.Event() if cuda else None
+        self._cast = False
+
+    def handle(self, num: int, _frame: FrameType | None) -> None:
+        if self.local:  # a second signal: the first is not being honoured (e.g. a peer died mid-collective)
+            signal.signal(num, signal.SIG_DFL)
+            os.kill(os.getpid(), num)
+        self.local = max(self.local, num)
+
+    def listen(self) -> None:
+        self._previous = {s: signal.signal(s, self.handle) for s in STOP_SIGNALS}
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def cast(self) -> int:
+        """Return the result of the previous cast (the signal every rank now agrees to stop for, or 0: the same on
+        every rank at the same step), then reduce this rank's flag over the ranks (one 4-byte all-reduce, max)."""
+        agreed = self._read()
+        self._flag.fill_(self.local)
+        if self.world > 1:
+            dist.all_reduce(self._flag, op=dist.ReduceOp.MAX)
+        if self._event is not None:
+            self._host.copy_(self._flag, non_blocking=True)
+            self._event.record()
+        self._cast = True
+        return agreed
+
+    def _read(self) -> int:
+        if not self._cast:
+            return 0
+        if self._event is not None:
+            self._event.synchronize()  # the previous step's work: done by now, the device is on the current one
+        return int(self._host_view[0])
+
+
+def agree_on_collapse(collapsed: bool, device: torch.device, world: int) -> bool:
+    """Rank 0's collapse verdict on every rank (the others do not evaluate); a host sync, at evaluations only."""
+    if world == 1:
+        return collapsed
+    flag = torch.tensor([int(collapsed)], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
