@@ -248,3 +248,13 @@ def fake_study(root: Path, scores: dict[str, list[float]], task: str = "rte", me
         (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(results))
     (root / "study.json").write_text(json.dumps({"settings": settings}))
     return root
+
+
+def without_seconds(results):
+    """A results.json (or any JSON value) less its wall-clock `seconds` fields: what a resumed or repeated run must
+    reproduce exactly (the time it took differs from run to run)."""
+    if isinstance(results, dict):
+        return {k: without_seconds(v) for k, v in results.items() if k != "seconds"}
+    if isinstance(results, list):
+        return [without_seconds(v) for v in results]
+    return results

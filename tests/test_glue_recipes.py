@@ -33,6 +33,11 @@ RECIPES = {
                   warmup_fraction=0.1, layer_decay=0.8, depth_convention="study", weight_decay=0.01,
                   decay_norm_and_bias=False, batch_size=32, epochs=None, grad_clip=1.0, loss_reduction="mean",
                   max_length=128, scale_targets=False, swap_pairs=False, precision="auto"),
+    # ours, for the `cpu` preset's 2-layer bodies: OFF's recipe at lr 1e-3 (docs/glue.md)
+    "cpu": dict(head="cls-linear", head_init="glorot_uniform", optimizer="adam", lr=1e-3, schedule="original",
+                warmup_fraction=0.1, layer_decay=0.8, depth_convention="original", weight_decay=0.01,
+                decay_norm_and_bias=False, batch_size=32, epochs=None, grad_clip=1.0, loss_reduction="sum",
+                max_length=128, scale_targets=True, swap_pairs=True, precision="fp32"),
 }  # fmt: skip
 
 
@@ -82,7 +87,7 @@ def test_overrides_apply_after_the_recipe(tmp_path):
     own.write_text("optimizer: adamw\nhed: x\n")
     with pytest.raises(ConfigError, match="mine.yaml: unknown key 'finetune.hed'"):
         load_finetune_config(own)
-    with pytest.raises(ConfigError, match=r"unknown recipe 'nope': not a file, and recipes are \['off'"):
+    with pytest.raises(ConfigError, match=r"unknown recipe 'nope': not a file, and recipes are \['cpu', 'off'"):
         load_finetune_config("nope")
 
 

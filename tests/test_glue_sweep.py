@@ -172,7 +172,7 @@ def test_worker_processes_share_one_out(world, tmp_path):
         (("--tasks", "rte,cols"), "unknown task 'cols'"),
         (("--model", "MODEL_IS_GLUE"), "no complete checkpoint found"),
         (("--seeds", "two"), "--seeds 'two'"),
-        (("--recipe", "nope"), "unknown recipe 'nope': not a file, and recipes are ['off', 'paper', 'study']"),
+        (("--recipe", "nope"), "unknown recipe 'nope': not a file, and recipes are ['cpu', 'off', 'paper', 'study']"),
         (("--set", "finetune.lrr=1"), "override 'finetune.lrr=1': unknown key 'finetune.lrr'"),
         (("--set", "finetune.lr=fast"), "override 'finetune.lr=fast': finetune.lr must be float, got 'fast'"),
         (("--set", "finetune.head=pooler"), "finetune.head must be one of ['cls-linear', 'mean-mlp', 'hf']"),

@@ -175,22 +175,23 @@ def test_a_signal_is_recorded_in_run_json_and_cleared_by_the_resumed_session(tmp
 
     real = loop.step_batches
 
-    def interrupted(run, step):
+    def interrupted(run, step, host=None):
         if step == 2:
             os.kill(os.getpid(), signal.SIGINT)
-        return real(run, step)
+        return real(run, step, host)
 
     monkeypatch.setattr(loop, "step_batches", interrupted)
     cfg = load_config("tiny", FAST + ["train.max_steps=6", "train.save_every=100"])
     meta = pretrain(cfg, tmp_path / "run")
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert meta.step == 3 and saved["step"] == 3 and saved["stopped_by_signal"] == signal.SIGINT
+    # the ranks' vote on a signal is read one step late (electra/stopping.py): the run stops after step 3 or 4
+    assert meta.step in (3, 4) and saved["step"] == meta.step and saved["stopped_by_signal"] == signal.SIGINT
     monkeypatch.setattr(loop, "step_batches", real)
     pretrain(cfg, tmp_path / "run", resume="auto")
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
     assert saved["step"] == 6 and saved["stopped_by_signal"] is None
     assert [(s["device"], s["world_size"], s["start_step"]) for s in saved["sessions"]] == [("cpu", 1, 0),
-                                                                                          ("cpu", 1, 3)]  # fmt: skip
+                                                                                          ("cpu", 1, meta.step)]  # fmt: skip
     assert saved["sessions"][1]["start_seconds"] > 0
 
 
