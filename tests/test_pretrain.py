@@ -190,8 +190,8 @@ def test_a_signal_is_recorded_in_run_json_and_cleared_by_the_resumed_session(tmp
     pretrain(cfg, tmp_path / "run", resume="auto")
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
     assert saved["step"] == 6 and saved["stopped_by_signal"] is None
-    assert [(s["device"], s["world_size"], s["start_step"]) for s in saved["sessions"]] == [("cpu", 1, 0),
-                                                                                          ("cpu", 1, meta.step)]  # fmt: skip
+    sessions = [(s["device"], s["world_size"], s["start_step"]) for s in saved["sessions"]]
+    assert sessions == [("cpu", 1, 0), ("cpu", 1, meta.step)]
     assert saved["sessions"][1]["start_seconds"] > 0
 
 
