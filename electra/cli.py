@@ -490,13 +490,18 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/demo", help="the demo's folder (replaced if it exists)")
     p.add_argument("--corpus", default=None, help="pretrain on this text instead of the built-in language")
     p.add_argument("--glue-dir", default=None, help="fine-tune on SST-2, MRPC, RTE and WNLI from this GLUE folder")
-    p.add_argument("--steps", type=int, default=None, help="the budget: FLOPs of this many ELECTRA steps (2000)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="the budget: FLOPs of this many ELECTRA steps (2000; with --corpus 1680)",
+    )
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
     _add_quiet(p, "no progress bars")
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from electra.demo import ELECTRA_STEPS, demo
+    from electra.demo import demo
     from electra.study import StudyStopped
 
     try:
@@ -504,7 +509,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             args.out,
             args.corpus,
             args.glue_dir,
-            args.steps or ELECTRA_STEPS,
+            args.steps,
             _parse_seeds(args.seeds),
             progress=not args.quiet,
         )

@@ -8,8 +8,14 @@ folder.
 By default everything is built in: the synthetic language (electra/data/synthetic.py) and its GLUE-shaped tasks
 (electra/data/synthetic_tasks.py), made so that what pretraining can learn from the corpus (synonyms, agreement,
 who did what) is what the tasks need. That shows the machinery and what pretraining buys on data made for it; it
-says nothing about English GLUE. `--corpus FILE` pretrains on your text instead (a 4096-token WordPiece tokenizer
-is trained on it first) and `--glue-dir DIR` fine-tunes on the GLUE tasks SST-2, MRPC, RTE and WNLI found there.
+says nothing about English GLUE.
+
+`--corpus FILE` pretrains on your text instead, with the `cpu` preset (tiny's encoder with rotary positions, the
+recipe that leaves the token-frequency plateau on real English within minutes; docs/results.md) after training a
+4096-token WordPiece tokenizer on it: ELECTRA (OFF's temperature 1), MLM and no pretraining at the FLOPs of
+REAL_TEXT_STEPS ELECTRA steps, fine-tuned with the `cpu` recipe; `--glue-dir DIR` fine-tunes on the GLUE tasks
+SST-2, MRPC, RTE and WNLI found there, each run capped at REAL_TEXT_FINETUNE_STEPS steps (SST-2's full three epochs
+are ~6,300).
 
 Why temperature 3 beside OFF's 1: at this size the generator's samples at temperature 1 are too hard for the
 two-layer discriminator, which barely learns to detect them (held-out AUC ~0.65 after 2000 steps on the built-in
@@ -39,28 +45,39 @@ SETTINGS = [
     "none:objective.kind=none",  # random initialisation: the no-pretraining baseline
 ]
 GLUE_TASKS = ("sst2", "mrpc", "rte", "wnli")
+# real text (--corpus): the cpu preset and recipe; ELECTRA at OFF's temperature only (temperature 3 was the
+# built-in language's crutch for a discriminator that could not learn from learned positions)
+REAL_TEXT_STEPS = 1680  # ~3 minutes of ELECTRA on one thread; MLM's equal FLOPs are 2873 steps
+REAL_TEXT_FINETUNE_STEPS = 800
+REAL_TEXT_SETTINGS = ["electra:", "mlm:objective.kind=mlm", "none:objective.kind=none"]
+REAL_TEXT_COMMAND = "electra demo --corpus TEXT.txt --glue-dir GLUE_DIR --out runs/demo-text"
 PRETRAIN = ["train.eval_every=500", "train.log_every=100", "train.save_every=1000", "train.eval_batches=8"]
 
 
-def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None, electra_steps: int = ELECTRA_STEPS,
+def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None, electra_steps: int | None = None,
          seeds: list[int] | None = None, finetune_steps: int | None = None, progress: bool = True) -> Path:  # fmt: skip
     """Run the toy study into `out` (replaced if it exists); returns the report folder. `finetune_steps` caps each
-    fine-tuning run (for quick checks; the demo itself runs each task's full recipe)."""
+    fine-tuning run (for quick checks; on the built-in language the demo runs each task's full recipe)."""
+    real = corpus is not None
+    base, recipe, settings = ("cpu", "cpu", REAL_TEXT_SETTINGS) if real else ("tiny", "off", SETTINGS)
+    electra_steps = electra_steps or (REAL_TEXT_STEPS if real else ELECTRA_STEPS)
+    finetune_steps = finetune_steps or (REAL_TEXT_FINETUNE_STEPS if real else None)
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     data = _prepare_corpus(corpus, out) if corpus else None
     tasks = _tasks(glue_dir, out)
-    cfg = load_config("tiny", [*PRETRAIN, f"model.vocab_size={vocabulary_size(data)}"])
+    cfg = load_config(base, [*PRETRAIN, f"model.vocab_size={vocabulary_size(data)}"])
     budget = off_train_flops(cfg, electra_steps)
-    print(f"== the study at toy scale: ELECTRA (temperature 1 and 3), MLM and no pretraining, each pretrained for "
+    which = "ELECTRA (temperature 1)" if real else "ELECTRA (temperature 1 and 3)"
+    print(f"== the study at toy scale ({base} preset): {which}, MLM and no pretraining, each pretrained for "
           f"{budget:.3g} training FLOPs ({plural(electra_steps, 'ELECTRA step')}), fine-tuned over "
           f"{plural(len(seeds or SEEDS), 'seed')} on {', '.join(Path(t).name for t in tasks.split(','))}",
           flush=True)  # fmt: skip
     spec = StudySpec(
-        out=str(out / "study"), base="tiny", overrides=PRETRAIN, settings=SETTINGS, budget=f"flops={budget!r}",
-        data=data, tasks=tasks, glue_dir=glue_dir, seeds=list(seeds or SEEDS), parallel=2,
+        out=str(out / "study"), base=base, overrides=PRETRAIN, settings=settings, budget=f"flops={budget!r}",
+        data=data, tasks=tasks, glue_dir=glue_dir, seeds=list(seeds or SEEDS), parallel=2, recipe=recipe,
         finetune_overrides=[f"finetune.max_steps={finetune_steps}"] if finetune_steps else [],
         description="`make demo`: the study at toy scale (electra/demo.py).", progress=progress,
     )  # fmt: skip
@@ -68,6 +85,9 @@ def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None
     print_verdict(Path(spec.out))
     print("\nThe report (report.md), its figures and results.json are in this folder:")
     print(report)
+    if not real:
+        print("\nOn your text (e.g. an English Wikipedia dump) and GLUE's SST-2, MRPC, RTE and WNLI (docs/results.md):")
+        print(f"   .venv/bin/{REAL_TEXT_COMMAND}")
     return report
 
 

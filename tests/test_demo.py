@@ -1,6 +1,7 @@
 """`make demo` at a smaller scale: the study's four settings on the built-in language, the plain-words verdict, and
-the interface other checks rely on: it ends by printing the report folder, which holds report.md, the PNG figures
-it links, and results.json in `electra glue`'s schema."""
+the interface other checks rely on: it prints the report folder (the line after "The report (report.md) ..."),
+which holds report.md, the PNG figures it links, and results.json in `electra glue`'s schema, and ends with the
+command for real text; with --corpus it runs the `cpu` preset and recipe."""
 
 import json
 import re
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from electra.demo import SETTINGS, demo, verdict_lines
+from electra.demo import REAL_TEXT_COMMAND, SETTINGS, demo, verdict_lines
 from tests.helpers import fake_study
 
 
@@ -16,7 +17,9 @@ from tests.helpers import fake_study
 def test_the_demo_runs_the_study_and_ends_with_the_report_folder(tmp_path, capsys):
     report = demo(tmp_path / "demo", electra_steps=30, seeds=[0], finetune_steps=5)
     printed = capsys.readouterr().out.strip().splitlines()
-    assert Path(printed[-1]) == report and report.is_dir()
+    folder = printed.index("The report (report.md), its figures and results.json are in this folder:") + 1
+    assert Path(printed[folder]) == report and report.is_dir()
+    assert printed[-1].endswith(REAL_TEXT_COMMAND)
     text = (report / "report.md").read_text()
     for figure in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (report / figure).stat().st_size > 5_000, figure  # every linked figure is there
@@ -39,3 +42,27 @@ def test_the_verdict_follows_the_seeds(tmp_path):
     assert three[1].startswith("   electra: pretraining helped: electra +10.5 points vs none on rte")
     assert three[2].startswith("   mlm: pretraining did NOT help (no pretraining is better): mlm -9.5 points")
     assert three[-1].startswith("   at equal FLOPs: ELECTRA beats MLM: electra +20.0 points vs mlm")
+
+
+def test_the_demo_on_real_text_runs_the_cpu_preset_and_recipe(tmp_path, monkeypatch):
+    """--corpus: the cpu preset (rotary positions), the cpu fine-tuning recipe, ELECTRA at temperature 1, MLM and
+    none, fine-tuning capped; what the study is asked to run, read before it runs."""
+    import electra.demo as demo_module
+    from tests.helpers import prepared_synthetic_corpus
+
+    (tmp_path / "corpus").mkdir()
+    data = prepared_synthetic_corpus(tmp_path / "corpus", num_documents=40, vocab_size=300)
+    monkeypatch.setattr(demo_module, "_prepare_corpus", lambda corpus, out: str(data))
+    asked = []
+
+    def study(spec):
+        asked.append(spec)
+        raise SystemExit
+
+    monkeypatch.setattr(demo_module, "run_study", study)
+    with pytest.raises(SystemExit):
+        demo(tmp_path / "demo", corpus="text.txt")
+    (spec,) = asked
+    assert (spec.base, spec.recipe, spec.data) == ("cpu", "cpu", str(data))
+    assert [s.split(":")[0] for s in spec.settings] == ["electra", "mlm", "none"]
+    assert "finetune.max_steps=800" in spec.finetune_overrides
