@@ -62,6 +62,7 @@ def test_the_cpu_presets_masked_lm_leaves_the_plateau_on_english(wiki4k, tmp_pat
 @pytest.mark.slow
 def test_learned_positions_stay_on_the_plateau(wiki4k, tmp_path):
     """The same run with learned absolute positions (OFF's architecture) knows nothing about context yet: this
-    documents the plateau, it does not guard a feature. Measured: MEASURED_LEARNED nats under."""
+    documents the plateau, it does not guard a feature. Measured: 0.022 nats *over* the frequencies (6.542 vs
+    6.520), [MASK] accuracy 0.036, the most frequent token's rate."""
     metrics = held_out(["model.position_embedding=learned"], wiki4k, tmp_path / "run")
     assert abs(under_frequencies(metrics)) < 0.1, metrics
