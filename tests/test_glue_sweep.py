@@ -133,7 +133,9 @@ def test_killed_sweep_resumes(world, tmp_path, capsys):
     first = out / "runs" / "rte" / "seed0" / "result.json"
     claim = out / "runs" / "rte" / "seed1" / "claim"
     deadline = time.time() + 120
-    while not (first.exists() and claim.exists()) and proc.poll() is None and time.time() < deadline:
+    # the claim is there once it holds its owner (a file seen between its creation and its first write is empty)
+    while not (first.exists() and claim.exists() and claim.stat().st_size) and proc.poll() is None \
+            and time.time() < deadline:  # fmt: skip
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
