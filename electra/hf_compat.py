@@ -291,7 +291,7 @@ def to_hf(model: ElectraForPretraining | MaskedLMForPretraining, out_dir: str | 
         hf_state = _renamed(state, fam, which)
         if which != "discriminator":
             for key, source in _TIED_HF_KEYS[fam].items():
-                hf_state[key] = hf_state.get(source, state["embeddings.word_embeddings.weight"])
+                hf_state[key] = hf_state[source]  # the word table, or (RoFormer) the output bias
         result = hf_model.load_state_dict(hf_state, strict=False)
         unexpected = list(result.unexpected_keys)
         missing = [k for k in result.missing_keys if not k.endswith(_IGNORED_HF_KEYS)]
