@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -127,7 +128,9 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_and_resumes_bit_identically(tm
     state = json.loads((stopped / "run.json").read_text())
     assert state["stopped_by_signal"] == signal.SIGTERM and 3 <= state["step"] < 40, output[-3000:]
     assert [c.name for c in list_checkpoints(stopped)] == [f"step_{state['step']:08d}"]  # one checkpoint
-    assert output.count("exitcode  : 143") == 2, output[-3000:]  # each rank: 128 + SIGTERM
+    # each rank exits 128 + SIGTERM; torchrun SIGTERMs a rank still exiting when the other is out first (-15)
+    codes = re.findall(r"^\s*exitcode  : (-?\d+)", output, re.M)  # the failure table, one row a rank
+    assert len(codes) == 2 and "143" in codes and set(codes) <= {"143", "-15"}, output[-3000:]
     assert output.count(f"stopped at step {state['step']} by signal 15") == 2, output[-3000:]  # both ranks
 
     result = torchrun(2, 29633, *COMMON, *steps, "--out", str(stopped), "--resume", "auto", timeout=600)
