@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,6 +251,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
     entry of the run it fine-tuned (its sweep.json names the model) when that run is given too, or brings the run
     along when the run folder is still where the sweep found it."""
     entries: list[Entry] = []
+    sources: dict[int, str] = {}  # id(entry) -> the study folder it came from, to tell studies' settings apart
     study = None
     for p in map(Path, paths):
         if (p / "study.json").exists():
@@ -258,6 +260,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                 run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
                 pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
                 entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none))
+                sources[id(entries[-1])] = p.resolve().name
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
             run = read_pretrain_run(p)
@@ -276,7 +279,16 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
             )
     if len(paths) > 1:
         study = None
+    _distinct_names(entries, sources)
     return entries, study
+
+
+def _distinct_names(entries: list[Entry], sources: dict[int, str]) -> None:
+    """Several studies in one report (a budget curve) share setting names: those become STUDY/NAME."""
+    names = Counter(e.name for e in entries)
+    for e in entries:
+        if names[e.name] > 1 and id(e) in sources:
+            e.name = f"{sources[id(e)]}/{e.name}"
 
 
 # -- numbers ---------------------------------------------------------------------------------------------------

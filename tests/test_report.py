@@ -27,6 +27,18 @@ def test_the_report_says_what_the_seeds_allow_and_comments_on_a_better_baseline(
     assert "baseline beats" not in one
 
 
+def test_studies_at_several_budgets_in_one_report_keep_their_settings_apart(tmp_path):
+    short = fake_study(tmp_path / "study-3m", {"electra": [60.0, 61.0, 62.0], "none": [70.0, 70.5, 71.0]})
+    long = fake_study(tmp_path / "study-30m", {"electra": [80.0, 81.0, 82.0]})
+    report = write_report([short, long], tmp_path / "report")
+    settings = json.loads((report / "results.json").read_text())["settings"]
+    assert sorted(settings) == ["none", "study-30m/electra", "study-3m/electra"]  # a unique name stays as it was
+    assert settings["study-30m/electra"]["tasks"]["rte"]["metrics"]["accuracy"]["median"] == 81.0
+    text = (report / "report.md").read_text()
+    assert "- pretraining helped: study-30m/electra +10.5 points vs none on rte" in text
+    assert "- pretraining did NOT help: study-3m/electra -9.5 points vs none on rte" in text
+
+
 # -- a real study on the built-in language: the four tables and the two figures --------------------------------
 
 PRETRAIN = ["train.batch_size=8", "train.log_every=4", "train.eval_every=8", "train.eval_batches=2",
