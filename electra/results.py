@@ -260,7 +260,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                 run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
                 pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
                 entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none))
-                sources[id(entries[-1])] = p.resolve().name
+                sources[id(entries[-1])] = _study_label(p)
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
             run = read_pretrain_run(p)
@@ -281,6 +281,12 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
         study = None
     _distinct_names(entries, sources)
     return entries, study
+
+
+def _study_label(folder: Path) -> str:
+    """A study's short name in a report: its folder's name (the demo's DEMO/study: DEMO's)."""
+    folder = folder.resolve()
+    return folder.parent.name if folder.name == "study" else folder.name
 
 
 def _distinct_names(entries: list[Entry], sources: dict[int, str]) -> None:
