@@ -198,6 +198,8 @@ class Entry:
     """What the study varied for this entry (key -> value)."""
     baseline: bool = False
     """Random initialisation, the no-pretraining baseline (a study's objective.kind=none, or a step-0 run)."""
+    study: str | None = None
+    """The short name of the study it came from (none for a lone run or sweep)."""
 
     @property
     def kind(self) -> str:
@@ -251,7 +253,6 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
     entry of the run it fine-tuned (its sweep.json names the model) when that run is given too, or brings the run
     along when the run folder is still where the sweep found it."""
     entries: list[Entry] = []
-    sources: dict[int, str] = {}  # id(entry) -> the study folder it came from, to tell studies' settings apart
     study = None
     for p in map(Path, paths):
         if (p / "study.json").exists():
@@ -259,8 +260,8 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
             for s in study["settings"]:
                 run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
                 pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
-                entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none))
-                sources[id(entries[-1])] = _study_label(p)
+                entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none,
+                                     study=_study_label(p)))  # fmt: skip
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
             run = read_pretrain_run(p)
@@ -279,7 +280,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
             )
     if len(paths) > 1:
         study = None
-    _distinct_names(entries, sources)
+    _distinct_names(entries)
     return entries, study
 
 
@@ -289,12 +290,12 @@ def _study_label(folder: Path) -> str:
     return folder.parent.name if folder.name == "study" else folder.name
 
 
-def _distinct_names(entries: list[Entry], sources: dict[int, str]) -> None:
+def _distinct_names(entries: list[Entry]) -> None:
     """Several studies in one report (a budget curve) share setting names: those become STUDY/NAME."""
     names = Counter(e.name for e in entries)
     for e in entries:
-        if names[e.name] > 1 and id(e) in sources:
-            e.name = f"{sources[id(e)]}/{e.name}"
+        if names[e.name] > 1 and e.study is not None:
+            e.name = f"{e.study}/{e.name}"
 
 
 # -- numbers ---------------------------------------------------------------------------------------------------
