@@ -142,6 +142,8 @@ def make_pretrain_step(
         if batch_size % micro:
             raise ValueError(f"micro-batch {micro} does not divide the batch {batch_size}")
         batches = [{k: v[i : i + micro] for k, v in batch.items()} for i in range(0, batch_size, micro)]
+        for b in batches:  # flagged as the loop's host batches are: no mask for the model, SDPA's flash kernel
+            b["no_padding"] = bool(b["attention_mask"].all())  # read once here, not in the timed step
     else:
         model = nn.ModuleList(hf_models(cfg)).to(device).train()
         loss_fn = hf_loss_fn(cfg, model, device, dtype)

@@ -148,3 +148,39 @@ def test_the_real_loop_needs_none_of_them_either(tmp_path):
     done = run_python("-c", BARE_MACHINE, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     assert '"eval_disc_auc"' in (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+class SyntheticExamples:
+    """The bench's synthetic sequences as a pretraining corpus: the loop trains on what the bench times."""
+
+    seq_len = 32
+
+    def examples(self, example_ids) -> dict:
+        ids, mask, types = bench.synthetic_batch(64, len(example_ids), self.seq_len, torch.device("cpu"))
+        return {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
+
+
+def test_the_bench_step_calls_the_model_as_the_loop_does(tmp_path, monkeypatch):
+    """Without padding, the loop passes no attention mask (SDPA's flash kernel takes none); the bench's and the
+    study's synthetic batches (no padding) must not pass one either, or they time another kernel than the run's."""
+    from electra.data import PretrainingData
+    from electra.pretraining import pretrain
+    from tests.helpers import token_info
+
+    masks = []
+    forward = ElectraForPretraining.forward
+
+    def recording(self, input_ids, attention_mask, *args, **kwargs):
+        if self.training:  # the training step's calls, not the held-out evaluation's
+            masks.append(attention_mask)
+        return forward(self, input_ids, attention_mask, *args, **kwargs)
+
+    monkeypatch.setattr(ElectraForPretraining, "forward", recording)
+    cfg = load_config("tiny", ["data.seq_len=32", "train.batch_size=4", "train.max_steps=1", "train.eval_batches=1",
+                               "model.vocab_size=64"])  # fmt: skip
+    data = PretrainingData(train=SyntheticExamples(), eval=SyntheticExamples(), tokens=token_info(vocab_size=64))
+    pretrain(cfg, tmp_path, device="cpu", data=data, progress=False)
+    loop, masks[:] = list(masks), []
+    bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False, micro_batch=2)(0)
+    assert len(loop) == 1 and len(masks) == 2
+    assert all(m is None for m in loop + masks), [m is None for m in loop + masks]
