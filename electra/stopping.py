@@ -6,18 +6,27 @@ each rank's signal flag (SIGTERM from a preemption, Ctrl-C) is reduced (max) ove
 that reached one rank only (one node preempted) stops them all; and rank 0's collapse verdict (only rank 0
 evaluates) is broadcast. The vote is read one step late, so that no step waits for it: on CUDA the reduced flag
 comes back by a non-blocking copy the host reads at the next step, by when the device has finished it.
+
+A signal repeated within REPEAT_GRACE_S of the first is the same stop request delivered twice, and is ignored:
+torchrun forwards the SIGTERM it gets to its workers, and a scheduler (SLURM) or a terminal's Ctrl-C signals
+every process of the group, so a worker often gets two within milliseconds. A repeat after that escalates: the
+process dies at once by the signal (the first is not being honoured, e.g. a peer died mid-collective).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from types import FrameType
 
 import torch
 import torch.distributed as dist
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REPEAT_GRACE_S = 2.0
+"""A repeated signal within this many seconds of the first is the same request delivered twice (ignored); a later
+one kills the process at once."""
 
 
 class StopVote:
@@ -27,6 +36,7 @@ class StopVote:
         self.device, self.world = device, world
         self.local = 0
         """The signal this process received (0: none); set by the handler."""
+        self._first_at = 0.0  # time.monotonic() of that signal
         self._previous: dict[signal.Signals, object] = {}
         # Made once: a step uploads nothing (fill_ takes the flag as a kernel argument) and reads the host copy
         # through a numpy view, not through a tensor read.
@@ -38,10 +48,13 @@ class StopVote:
         self._cast = False
 
     def handle(self, num: int, _frame: FrameType | None) -> None:
-        if self.local:  # a second signal: the first is not being honoured (e.g. a peer died mid-collective)
-            signal.signal(num, signal.SIG_DFL)
+        now = time.monotonic()
+        if self.local:
+            if now - self._first_at < REPEAT_GRACE_S:
+                return  # the same stop delivered twice (torchrun's forward, the process group's signal)
+            signal.signal(num, signal.SIG_DFL)  # a later one: the first is not being honoured; die by this one
             os.kill(os.getpid(), num)
-        self.local = max(self.local, num)
+        self.local, self._first_at = num, now
 
     def listen(self) -> None:
         self._previous = {s: signal.signal(s, self.handle) for s in STOP_SIGNALS}

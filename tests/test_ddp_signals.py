@@ -1,5 +1,6 @@
 """Several processes stop together: a signal to one rank, a collapse seen by rank 0, ranks that see different run
-folders. Two gloo processes stand in for NCCL ranks."""
+folders; a stop signal delivered twice (torchrun, SLURM and Ctrl-C signal a worker more than once) still saves.
+Two gloo processes stand in for NCCL ranks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,10 +18,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from electra import stopping
 from electra.checkpoint import CheckpointError, list_checkpoints
 from electra.stopping import StopVote, agree_on_collapse
 from electra.training_state import check_same_resume_step
-from tests.helpers import ROOT, assert_same_state, child_env, cli_command, torchrun
+from tests.helpers import ROOT, assert_same_state, child_env, cli_command, cli_main, die_at, torchrun
 
 CPU = torch.device("cpu")
 
@@ -151,3 +154,51 @@ def test_stop_on_collapse_stops_every_rank(tmp_path):
     assert proc.returncode == 0, output[-3000:]
     state = json.loads((tmp_path / "run.json").read_text())
     assert state["collapsed"] and state["step"] == 2
+
+
+# -- a signal delivered twice -----------------------------------------------------------------------------------
+
+
+def _signalled_twice(num: int, gap: float) -> None:
+    """This process gets `num`, then `num` again `gap` seconds later (the clock is moved, not waited on)."""
+    clock = [1000.0]
+    stopping.time.monotonic = lambda: clock[0]  # in the forked child only
+    vote = StopVote(CPU, 1)
+    vote.listen()
+    os.kill(os.getpid(), num)
+    clock[0] += gap
+    os.kill(os.getpid(), num)
+    assert vote.local == num
+
+
+@pytest.mark.parametrize("num", [signal.SIGTERM, signal.SIGINT])
+def test_a_repeat_within_the_grace_period_is_the_same_stop_and_a_later_one_kills(num):
+    assert die_at(None, _signalled_twice, num, 0.01) == 0  # ignored: the stop goes on
+    assert die_at(None, _signalled_twice, num, stopping.REPEAT_GRACE_S + 1) == -num  # killed at once, as before
+
+
+@pytest.mark.parametrize("num", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_twice_in_quick_succession_still_saves_one_checkpoint_and_exits_128_plus_it(tmp_path, num):
+    """What torchrun's forwarded SIGTERM on top of a scheduler's SIGTERM to the process group (or Ctrl-C in a
+    terminal) does to a worker: both are sent from inside the loop at step 2, so the test is deterministic
+    (os.kill runs the handler before it returns)."""
+    import electra.pretraining as loop
+
+    real = loop.step_batches
+
+    def signalled_twice(run, step, host=None):
+        if step == 2:
+            os.kill(os.getpid(), num)
+            os.kill(os.getpid(), num)
+        return real(run, step, host)
+
+    def before() -> None:
+        loop.step_batches = signalled_twice  # in the forked child only
+
+    def cli() -> None:
+        sys.exit(cli_main([*COMMON, "--max-steps", "10", "--quiet", "--out", str(tmp_path)]))
+
+    assert die_at(None, cli, before=before) == 128 + num  # before: killed by the second signal (-num), no checkpoint
+    state = json.loads((tmp_path / "run.json").read_text())
+    assert state["stopped_by_signal"] == num and state["step"] in (3, 4)  # the vote is read a step late
+    assert [c.name for c in list_checkpoints(tmp_path)] == [f"step_{state['step']:08d}"]
