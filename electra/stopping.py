@@ -4,8 +4,10 @@ A checkpoint is a collective (every rank's RNG state is gathered), so the ranks 
 a rank that stops alone leaves the others in the step's all-reduce, and the run hangs without a checkpoint. Here
 each rank's signal flag (SIGTERM from a preemption, Ctrl-C) is reduced (max) over ranks once per step, so a signal
 that reached one rank only (one node preempted) stops them all; and rank 0's collapse verdict (only rank 0
-evaluates) is broadcast. The vote is read one step late, so that no step waits for it: on CUDA the reduced flag
-comes back by a non-blocking copy the host reads at the next step, by when the device has finished it.
+evaluates) is broadcast. The vote is read one step late, so that no step waits for its own: on CUDA the reduced
+flag comes back by a non-blocking copy, and the host reads it at the next step after waiting on an event recorded
+behind it, i.e. for the device to finish the previous step. So the host runs at most one step ahead of the GPU
+(the device still has the current step queued while the host prepares the next one).
 
 A signal repeated within REPEAT_GRACE_S of the first is the same stop request delivered twice, and is ignored:
 torchrun forwards the SIGTERM it gets to its workers, and a scheduler (SLURM) or a terminal's Ctrl-C signals
@@ -81,7 +83,7 @@ class StopVote:
         if not self._cast:
             return 0
         if self._event is not None:
-            self._event.synchronize()  # the previous step's work: done by now, the device is on the current one
+            self._event.synchronize()  # waits for the previous step to finish on the device (the current one is queued)
         return int(self._host_view[0])
 
 
