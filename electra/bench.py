@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from electra.config import FinetuneConfig, PretrainConfig, load_config, num_mask_slots
+from electra.devices import enable_tf32
 from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.heads import GlueModel
 from electra.glue.optim import build_optimizer as glue_optimizer
@@ -126,7 +127,9 @@ def make_pretrain_step(
     """A function doing one full training step on a fixed synthetic batch (masking varies with the step); returns
     the step's loss. `ours` is `electra.step.train_step`, the step the training loop runs, over micro-batches of
     `micro_batch` sequences (default: the whole batch). Step i runs at the schedule's learning rate for step i, as
-    in the loop (so `bench check` compares warm-up steps, not full-rate steps from random weights)."""
+    in the loop (so `bench check` compares warm-up steps, not full-rate steps from random weights). fp32 matmuls
+    run in TF32 on Ampere and later, as in `electra pretrain` (electra/devices.py `enable_tf32`)."""
+    enable_tf32(device)
     torch.manual_seed(cfg.train.seed)
     input_ids, attention_mask, token_type_ids = synthetic_batch(
         cfg.model.vocab_size, batch_size, cfg.data.seq_len, device
@@ -264,6 +267,7 @@ def environment(s: BenchSettings, device: torch.device, dtype: str, compile: boo
     if compile:
         env["compile_mode"] = s.compile_mode or "default"
     env["malloc_tuned"] = s.malloc_tuned
+    env["tf32"] = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32  # fp32 matmuls in TF32
     if device.type == "cuda":
         env["device_name"] = torch.cuda.get_device_name(device)
     else:
@@ -340,6 +344,7 @@ def bench_finetune(s: BenchSettings, num_labels: int = 2, head: str = "cls-linea
                    eval_batch_size: int | None = None) -> dict:  # fmt: skip
     """Time a GLUE classification step (the optimizer `electra glue` uses) and evaluation throughput."""
     device, dtype = s.prepare(), s.dtype
+    enable_tf32(device)  # as `electra glue` fine-tunes
     cfg = s.config()
     B, T, eval_B = s.batch_size, cfg.data.seq_len, eval_batch_size or 4 * s.batch_size
     torch.manual_seed(cfg.train.seed)

@@ -184,3 +184,14 @@ def test_the_bench_step_calls_the_model_as_the_loop_does(tmp_path, monkeypatch):
     bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False, micro_batch=2)(0)
     assert len(loop) == 1 and len(masks) == 2
     assert all(m is None for m in loop + masks), [m is None for m in loop + masks]
+
+
+def test_the_bench_turns_tf32_on_for_its_device_as_pretraining_does(monkeypatch):
+    """The bench and the study's timing run the step with the matmul mode of the run (TF32 on Ampere and later)."""
+    asked = []
+    monkeypatch.setattr(bench, "enable_tf32", lambda device: asked.append(device) or False)
+    cfg = load_config("tiny", ["data.seq_len=32"])
+    bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False)
+    settings = bench.BenchSettings(preset="tiny", batch_size=4, seq_len=32, device="cpu", steps=1, warmup=0)
+    assert bench.bench_finetune(settings)["tf32"] is False
+    assert asked == [torch.device("cpu")] * 2

@@ -195,6 +195,19 @@ def test_a_non_finite_loss_stops_fine_tuning_naming_the_step(tmp_path, run):
         finetune(prep, pre, cfg, seed=0, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
 
 
+def test_fine_tuning_turns_tf32_on_for_its_device_as_pretraining_does(tmp_path, run, monkeypatch):
+    """TF32 for every fp32 path on Ampere and later (electra/devices.py `enable_tf32`), fine-tuning's included."""
+    from electra import devices
+
+    asked = []
+    monkeypatch.setattr(devices, "enable_tf32", lambda device: asked.append(device) or False)
+    specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
+    pre = load_pretrained(str(run))
+    cfg = FinetuneConfig(max_steps=1, batch_size=8)
+    finetune(prepare(load_task(specs[0]), pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path, False)
+    assert asked == [torch.device("cpu")]
+
+
 def test_predictions_come_back_in_example_order(tmp_path):
     f, _ = _batch(tmp_path)
     model = _model("cls-linear")

@@ -155,6 +155,7 @@ def finetune(
     `writers`: open trackers (electra.monitor.open_loggers) that get what RUN/metrics.jsonl gets."""
     task = prep.data.task
     start = time.time()
+    devices.enable_tf32(device)  # fp32 matmuls in TF32 on Ampere and later, as in pretraining
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run always starts from step 0: no lines of an earlier try
     model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed, cfg.head_init).to(device)
