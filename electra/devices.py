@@ -32,10 +32,11 @@ class DeviceError(InputError):
     """The device asked for does not exist here (e.g. CUDA on a machine without one): one line, non-zero exit."""
 
 
-def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
+def resolve_device(name: str | None, local_rank: int = 0, world: int = 1) -> torch.device:
     """The device this process computes on. None / "auto": the local rank's GPU when CUDA is there, else the CPU;
-    "cuda" without an index: the local rank's GPU (torchrun starts one process per GPU); "cuda:N": GPU N.
-    CUDA asked for where there is none raises DeviceError: never a silent fall-back to the CPU."""
+    "cuda" without an index: the local rank's GPU (torchrun starts one process per GPU); "cuda:N": GPU N, refused
+    with `world` > 1 processes (every rank would compute on GPU N). CUDA asked for where there is none raises
+    DeviceError: never a silent fall-back to the CPU."""
     if name in (None, "auto"):
         return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     try:
@@ -46,6 +47,9 @@ def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
         return torch.device("cpu")
     if dev.type != "cuda":
         raise DeviceError(f"--device {name}: only cpu, cuda and cuda:N are supported")
+    if dev.index is not None and world > 1:
+        raise DeviceError(f"--device {name}: all {world} processes would share GPU {dev.index}; pass --device cuda "
+                          "(each process takes its local rank's GPU)")  # fmt: skip
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise DeviceError(f"--device {name}: no CUDA device is visible (torch {torch.__version__}, {build})")

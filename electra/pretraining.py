@@ -57,7 +57,7 @@ def init_distributed(device: str | None) -> tuple[int, int, torch.device]:
     """(rank, world size, device). Under torchrun: NCCL on CUDA, gloo on CPU; `device` as `resolve_device`."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    dev = resolve_device(device, local_rank)
+    dev = resolve_device(device, local_rank, world)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():

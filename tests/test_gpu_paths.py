@@ -52,6 +52,25 @@ def test_cuda_without_an_index_is_the_local_ranks_gpu(monkeypatch):
         resolve_device("cuda:2")
 
 
+def test_one_gpu_for_every_rank_of_several_processes_is_refused(monkeypatch):
+    """`--device cuda:0` under torchrun with several processes would put every rank on GPU 0."""
+    import torch.distributed as dist
+
+    from electra.pretraining import init_distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    backends = []
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: backends.append(backend))
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(name, value)
+    assert init_distributed("cuda") == (1, 2, torch.device("cuda", 1)) and backends == ["nccl"]
+    with pytest.raises(DeviceError, match=r"--device cuda:0: all 2 processes would share GPU 0; pass --device cuda"):
+        init_distributed("cuda:0")
+    assert backends == ["nccl"]  # refused before the process group
+
+
 @NO_CUDA
 def test_asking_for_cuda_without_one_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
     code = cli_main(["pretrain", "--config", "tiny", "--max-steps", "1", "--device", "cuda", "--out", str(tmp_path)])
