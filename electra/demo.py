@@ -31,7 +31,7 @@ from pathlib import Path
 
 from electra.config import load_config
 from electra.flops import off_train_flops
-from electra.results import collect, common_tasks, gate, task_mean
+from electra.results import collect, common_tasks, task_mean
 from electra.study import StudySpec, run_study, vocabulary_size
 from electra.verdicts import compare
 from electra.wording import plural
@@ -125,8 +125,9 @@ NO_HELP = "pretraining did NOT help (no pretraining is better)"
 
 def verdict_lines(study: Path) -> list[str]:
     """What the report allows one to say, in plain words (electra/verdicts.py): whether each pretraining beat no
-    pretraining and whether ELECTRA beat MLM, only where the difference exceeds the seeds' spread on tasks above
-    chance level; with the gate's word where a pretraining run never learned."""
+    pretraining and whether ELECTRA beat MLM, only where the difference exceeds the seeds' spread on tasks where
+    the model that scores higher is above chance level; with the gate's word where a pretraining run did not learn
+    (never learned, or collapsed)."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
     by_name = {e.name: e for e in entries}
@@ -137,9 +138,9 @@ def verdict_lines(study: Path) -> list[str]:
             continue
         c = compare(e.name, e.glue, "none", base.glue, tasks)
         line = f"   {e.name}: " + c.sentence("pretraining helped", NO_HELP)
-        verdict = gate(e.pretrain)
-        if verdict.learned is False:
-            line += "; its pretraining never left the plateau (" + "; ".join(verdict.reasons) + ")"
+        verdict = e.judge()
+        if verdict.learned is False:  # the gate's own word: a collapse is not a run that never learned
+            line += f"; its pretraining {verdict.word} (" + "; ".join(verdict.reasons) + ")"
         lines.append(line)
     electra = [e for e in entries if e.name.startswith("electra") and e.glue]
     if "mlm" in by_name and by_name["mlm"].glue and electra:

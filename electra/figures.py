@@ -297,11 +297,16 @@ def _point(p: dict, x_key: str) -> dict:
             "fill": "C0" if ours else "none", "color": "C0" if ours else "C1"}  # fmt: skip
 
 
+def _score_axis(tasks: list[str], glue: bool) -> str:
+    return f"{'GLUE dev' if glue else 'dev'} score, mean of {len(tasks)} tasks (%)"
+
+
 def efficiency_data(ours: list[dict], quoted: list[dict], ours_average: str, quoted_average: str,
-                    baseline: float | None, x_key: str = "flops") -> dict:  # fmt: skip
+                    baseline: float | None, ours_tasks: list[str], quoted_tasks: list[str],
+                    x_key: str = "flops") -> dict:  # fmt: skip
     """Score against training FLOPs (log). Our points share the literature's panel only when both scores average
-    the same tasks; otherwise ours get their own panel that says what it averages. The no-pretraining baseline is a
-    line in our panel."""
+    the same tasks (`ours_tasks == quoted_tasks`); otherwise ours get their own panel that says what it averages.
+    Each panel names the tasks its scores average ("tasks"). The no-pretraining baseline is a line in our panel."""
     xlabel = "pretraining FLOPs (log)" if x_key == "flops" else "parameters (log)"
     ours_pts = [_point(p, x_key) for p in ours if p.get(x_key)]
     quoted_pts = [_point(p, x_key) for p in quoted if p.get(x_key)]
@@ -309,18 +314,21 @@ def efficiency_data(ours: list[dict], quoted: list[dict], ours_average: str, quo
               {"label": "quoted (literature)", "marker": "s", "fill": "none", "color": "C1"}]  # fmt: skip
     base = [] if baseline is None else [{"y": baseline, "color": REFERENCE_COLOUR, "style": "--",
                                          "label": f"no pretraining ({baseline:.1f})"}]  # fmt: skip
-    if ours_average == quoted_average:
-        panel = {"title": f"score: {ours_average}", "xlabel": xlabel, "ylabel": "score", "xscale": "log",
-                 "points": ours_pts + quoted_pts, "legend_points": legend, "hlines": base}  # fmt: skip
+    if ours_tasks == quoted_tasks:
+        panel = {"title": f"score: {ours_average}", "xlabel": xlabel, "ylabel": _score_axis(ours_tasks, glue=True),
+                 "xscale": "log", "tasks": ours_tasks, "points": ours_pts + quoted_pts, "legend_points": legend,
+                 "hlines": base}  # fmt: skip
         return {"columns": 1, "panel_size": (PANEL_SIZE[0] * 1.6, PANEL_SIZE[1] * 1.5), "panels": [panel]}
     panels = [
-        {"title": f"quoted: {quoted_average}", "xlabel": xlabel, "ylabel": "score", "xscale": "log",
-         "points": quoted_pts, "legend_points": legend[1:], "hlines": []},
-        {"title": f"ours: {ours_average}", "xlabel": xlabel, "ylabel": "score", "xscale": "log",
-         "points": ours_pts, "legend_points": legend[:1], "hlines": base},
+        {"title": f"quoted: {quoted_average}", "xlabel": xlabel, "ylabel": _score_axis(quoted_tasks, glue=True),
+         "xscale": "log", "tasks": quoted_tasks, "points": quoted_pts, "legend_points": legend[1:], "hlines": []},
+        {"title": f"ours: {ours_average}", "xlabel": xlabel, "ylabel": _score_axis(ours_tasks, glue=False),
+         "xscale": "log", "tasks": ours_tasks, "points": ours_pts, "legend_points": legend[:1], "hlines": base},
     ]  # fmt: skip
     return {"columns": 2, "panel_size": (PANEL_SIZE[0] * 1.3, PANEL_SIZE[1] * 1.5), "panels": panels}
 
 
-def efficiency(ours, quoted, ours_average, quoted_average, baseline, path: Path, x_key: str = "flops") -> Path:
-    return draw(efficiency_data(ours, quoted, ours_average, quoted_average, baseline, x_key), path)
+def efficiency(ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks, path: Path,
+               x_key: str = "flops") -> Path:  # fmt: skip
+    return draw(efficiency_data(ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks,
+                                x_key), path)  # fmt: skip

@@ -33,7 +33,8 @@ CUDA_CONTEXT_BYTES = 0.75 * 2**30
 
 def embedding_parameters(m: ModelConfig) -> int:
     """Word, position and type tables plus their LayerNorm (shared by generator and discriminator)."""
-    return (m.vocab_size + m.max_position_embeddings + m.type_vocab_size + 2) * m.embedding_size
+    positions = m.max_position_embeddings if m.position_embedding == "learned" else 0  # rotary: no table
+    return (m.vocab_size + positions + m.type_vocab_size + 2) * m.embedding_size
 
 
 def stack_parameters(m: ModelConfig, s: EncoderSize) -> int:

@@ -196,6 +196,8 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
     optimizer = build_optimizer(raw_model, t, dev)
     scaler = torch.amp.GradScaler(dev.type, enabled=precision.name == "fp16")
     meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world), None
+    if resume is None:  # a GLUE sweep's or a study's folder is refused, as --resume auto refuses it
+        training_state.refuse_other_kind_of_folder(run_dir)
     if resume is None and ckpt_io.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:

@@ -16,6 +16,7 @@ from electra.flops import PFS_DAY
 from electra.memory import backbone_parameters
 from electra.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY
 from electra.results import Entry, compute_row, order_tasks, task_mean, task_stats
+from electra.wording import plural
 
 STUDY_SWEEP_STEPS = 250_000
 """The study ran its generator-size sweep at equal steps: 250k of its 1M (25%) for every size (RC report)."""
@@ -33,8 +34,8 @@ def _hours(hours: float | None) -> str:
 
 
 def _sessions_cell(row: dict) -> str:
-    parts = [f"{s['device']}" + (f" ×{s['world_size']}" if s["world_size"] > 1 else "") + f" ({s['steps']:,} steps)"
-             for s in row["sessions"]]  # fmt: skip
+    parts = [f"{s['device']}" + (f" ×{s['world_size']}" if s["world_size"] > 1 else "") +
+             f" ({plural(s['steps'], 'step')})" for s in row["sessions"]]  # fmt: skip
     return "; ".join(parts) or "–"
 
 
@@ -53,7 +54,7 @@ def compute_table(entries: list[Entry]) -> list[str]:
         wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
         lines.append(
             f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
-            f"{r['world_size']} | {_sessions_cell(r)} | {_hours(r['hours'])} | {_hours(r['finetune_hours'])} | "
+            f"{r['gpus']} | {_sessions_cell(r)} | {_hours(r['hours'])} | {_hours(r['finetune_hours'])} | "
             f"{wall} |"
         )
     return lines + [
@@ -62,7 +63,8 @@ def compute_table(entries: list[Entry]) -> list[str]:
         "flops` prints for these steps). pfs-days (FLOPs): those FLOPs / (10^15 × 86,400). pfs-days (wall clock): "
         'the study\'s convention (OpenAI "AI and Compute": days × GPUs × peak TFLOP/s × 0.33 / 1000, as `electra '
         "flops --days D --device X` computes it), summed over the run's sessions; – where a session's device has "
-        "no peak in electra/flops.py (a CPU). Fine-tuning h: all seeds and tasks of the model's GLUE sweep.",
+        "no peak in electra/flops.py (a CPU). GPUs: the most any session ran on (0: CPUs only). Fine-tuning h: all "
+        "seeds and tasks of the model's GLUE sweep.",
         "",
     ]
 

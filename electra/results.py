@@ -387,11 +387,11 @@ def finetune_seconds(results: dict | None) -> float | None:
 
 
 def compute_row(e: Entry) -> dict:
-    """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, the device of every
-    session, pretraining and fine-tuning hours."""
+    """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, GPUs (0 for a run on
+    CPUs only), the device of every session, pretraining and fine-tuning hours."""
     tuning = finetune_seconds(e.glue)
     row = {"name": e.name, "steps": 0, "tokens": 0, "flops": 0.0, "pfs_days": 0.0, "pfs_days_wall": 0.0,
-           "world_size": 1, "sessions": [], "hours": 0.0,
+           "world_size": 1, "gpus": 0, "sessions": [], "hours": 0.0,
            "finetune_hours": None if tuning is None else tuning / 3600}  # fmt: skip
     run = e.pretrain
     if run is None:
@@ -400,4 +400,5 @@ def compute_row(e: Entry) -> dict:
     parts = sessions(run.meta)
     return {**row, "steps": run.steps, "tokens": run.tokens, "flops": run.flops, "pfs_days": run.flops / PFS_DAY,
             "pfs_days_wall": wall_clock_pfs_days(run.meta), "world_size": max(s["world_size"] for s in parts),
-            "sessions": parts, "hours": None if seconds is None else seconds / 3600}  # fmt: skip
+            "gpus": max((s["world_size"] for s in parts if s["device"] != "cpu"), default=0), "sessions": parts,
+            "hours": None if seconds is None else seconds / 3600}  # fmt: skip

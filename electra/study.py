@@ -366,21 +366,22 @@ def _stop_if_short(s: Setting, step: int) -> None:
 
 def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
     from electra.config import load_finetune_config
-    from electra.glue.sweep import SweepSpec, run_sweep
+    from electra.glue.sweep import SweepSpec, finished_runs, run_sweep
 
     finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
     tasks = spec.tasks.split(",")
-    per_setting = len(tasks) * len(spec.seeds)
-    # one bar over the phase's runs, with tqdm's estimate of the time left (advanced as each setting's sweep ends)
-    bar = tqdm(total=len(settings) * per_setting, desc="fine-tuning", unit="run", disable=not spec.progress)
+    # one bar over the phase's runs, with tqdm's estimate of the time left, advanced as each run ends (runs a
+    # resumed study finished before count from the start)
+    done = sum(finished_runs(run_dir(spec, s) / "glue") for s in settings)
+    bar = tqdm(total=len(settings) * len(tasks) * len(spec.seeds), initial=done, desc="fine-tuning", unit="run",
+               disable=not spec.progress)  # fmt: skip
     for s in settings:
         rdir = run_dir(spec, s)
         print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
         result = run_sweep(SweepSpec(out=str(rdir / "glue"), model=str(rdir / "pretrain"), tasks=tasks,
                                      glue_dir=spec.glue_dir, seeds=list(spec.seeds), finetune=finetune,
                                      recipe=spec.recipe, device=spec.device or "auto", num_workers=spec.parallel,
-                                     progress=False, loggers=list(spec.loggers)))  # fmt: skip
-        bar.update(per_setting)
+                                     progress=False, loggers=list(spec.loggers)), on_runs=bar.update)  # fmt: skip
         if not result.ok:
             log.warning("%s: some fine-tuning runs failed (%s); run the study again to retry them", s.name,
                         [f"{f['task']} seed {f['seed']}" for f in result.failed])  # fmt: skip

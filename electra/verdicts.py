@@ -3,10 +3,11 @@ concluded. Read by the demo's closing lines and by the report; works on results.
 
 A difference counts only when it exceeds the seeds' spread: the two models' task means (each task's median over
 fine-tuning seeds, averaged over the tasks both have) must differ by more than twice the standard error of that
-difference, estimated from the per-task sample std over seeds (`SPREAD_FACTOR`). Tasks where either model is at
-chance level for most seeds (results.json "chance", electra/glue/metrics.py) are left out: a number within noise of
-a model that ignores its input says nothing about the pretrained weights. With one seed there is no spread to
-compare with, and nothing is concluded.
+difference, estimated from the per-task sample std over seeds (`SPREAD_FACTOR`). A task where the model that scores
+higher there is at chance level for most seeds (results.json "chance", electra/glue/metrics.py) is left out: a
+number within noise of a model that ignores its input cannot show that model better. A model above chance on a task
+where the other is at chance is a difference, and stays (subject to the seeds' spread like any other). With one
+seed there is no spread to compare with, and nothing is concluded.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Comparison:
     tasks: list[str] = field(default_factory=list)
     """The tasks compared: both models above chance level."""
     at_chance: list[str] = field(default_factory=list)
-    """Left out: at chance level for either model."""
+    """Left out: at chance level for the model that scores higher there (on a tie, for either)."""
     reason: str = ""
     """Why nothing can be concluded (empty when something can)."""
 
@@ -70,6 +71,13 @@ def _at_chance(results: dict, task: str) -> bool:
     return chance is not None and chance["seeds_at_chance"] * 2 > chance["n"]
 
 
+def _better_at_chance(results_a: dict, a: float, results_b: dict, b: float, task: str) -> bool:
+    """Is the model with the higher median on `task` (`a`, `b`) at chance level there? On a tie, either."""
+    if a == b:
+        return _at_chance(results_a, task) or _at_chance(results_b, task)
+    return _at_chance(results_a if a > b else results_b, task)
+
+
 def compare(a: str, results_a: dict | None, b: str, results_b: dict | None, tasks: list[str]) -> Comparison:
     """Compare two models' GLUE results on `tasks` (see the module docstring for when a difference counts)."""
     out = Comparison(a, b)
@@ -77,16 +85,16 @@ def compare(a: str, results_a: dict | None, b: str, results_b: dict | None, task
         out.reason = f"{a if results_a is None else b} has no GLUE results"
         return out
     sa, sb = task_stats(results_a), task_stats(results_b)
+    ma, mb = task_scores(results_a), task_scores(results_b)
     common = [t for t in tasks if t in sa and t in sb]
-    out.at_chance = [t for t in common if _at_chance(results_a, t) or _at_chance(results_b, t)]
+    out.at_chance = [t for t in common if _better_at_chance(results_a, ma[t][0], results_b, mb[t][0], t)]
     out.tasks = [t for t in common if t not in out.at_chance]
     if not common:
         out.reason = "no task in common"
         return out
     if not out.tasks:
-        out.reason = f"every task ({', '.join(common)}) is at chance level for one of them"
+        out.reason = f"every task ({', '.join(common)}) is at chance level for the model that scores higher there"
         return out
-    ma, mb = task_scores(results_a), task_scores(results_b)
     out.delta = sum(ma[t][0] - mb[t][0] for t in out.tasks) / len(out.tasks)
     seeds = min(min(sa[t]["n"], sb[t]["n"]) for t in out.tasks)
     if seeds < 2:

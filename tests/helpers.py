@@ -220,34 +220,51 @@ def prepared_synthetic_corpus(root: Path, num_documents: int, vocab_size: int) -
 # -- GLUE results and studies made up in a test --------------------------------------------------------------------
 
 
-def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = (), metric: str = "accuracy",
+def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = (), metric: str | None = "accuracy",
                  baseline: float = 50.0) -> dict:  # fmt: skip
-    """results.json of a sweep whose seeds scored `scores[task]` (on `metric`), `at_chance` tasks flagged, as
-    electra/glue/report.py summarizes them."""
+    """results.json of a sweep whose seeds scored `scores[task]` (on `metric`; None: each task's metric as the
+    paper reports it), `at_chance` tasks flagged, as electra/glue/report.py summarizes them."""
     from electra.glue.report import summarize
+    from electra.results import TASK_METRIC
 
     records = []
     for task, values in scores.items():
+        name = metric or TASK_METRIC[task]
         for seed, v in enumerate(values):
-            chance = {"at_chance": task in at_chance, "metric": metric, "value": v, "baseline": baseline,
+            chance = {"at_chance": task in at_chance, "metric": name, "value": v, "baseline": baseline,
                       "margin": 5.0, "constant": False}  # fmt: skip
-            records.append({"task": task, "seed": seed, "metrics": {metric: v}, "extra_metrics": {}, "n_train": 10,
+            records.append({"task": task, "seed": seed, "metrics": {name: v}, "extra_metrics": {}, "n_train": 10,
                             "n_eval": 5, "chance": chance, "seconds": 2.0})  # fmt: skip
     return {k: v for k, v in summarize(records).items() if not k.startswith("_")}
 
 
-def fake_study(root: Path, scores: dict[str, list[float]], task: str = "rte", metric: str = "accuracy") -> Path:
+def fake_study(root: Path, scores: dict[str, list[float] | dict[str, list[float]]], task: str = "rte",
+               metric: str | None = "accuracy") -> Path:  # fmt: skip
     """A study folder with only study.json and each setting's GLUE results.json (its seeds scoring
-    `scores[setting]` on `task`'s `metric`); the setting `none` is the no-pretraining baseline."""
+    `scores[setting]` on `task`'s `metric`, or on each task of a dict task -> scores); the setting `none` is the
+    no-pretraining baseline. `fake_pretrain_run` adds a setting's pretraining run."""
     settings = []
     for name, values in scores.items():
         settings.append({"name": name, "kind": "none" if name == "none" else "electra", "steps": 0,
                          "pretrain": f"runs/{name}/pretrain", "glue": f"runs/{name}/glue"})  # fmt: skip
         (root / "runs" / name / "glue").mkdir(parents=True)
-        results = glue_results({task: values}, metric=metric)
+        results = glue_results(values if isinstance(values, dict) else {task: values}, metric=metric)
         (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(results))
     (root / "study.json").write_text(json.dumps({"settings": settings}))
     return root
+
+
+def fake_pretrain_run(run: Path, steps: int, evals: list[dict] = (), overrides: list[str] = ()) -> Path:
+    """A pretraining run folder as the report reads it: config.yaml (the tiny preset), run.json at `steps` and
+    metrics.jsonl holding the held-out evaluations `evals`; no checkpoint."""
+    from electra.checkpoint import save_config
+    from electra.config import load_config
+
+    run.mkdir(parents=True, exist_ok=True)
+    save_config(load_config("tiny", list(overrides)), run / "config.yaml")
+    (run / "run.json").write_text(json.dumps({"step": steps}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    return run
 
 
 def without_seconds(results):

@@ -48,7 +48,32 @@ def test_a_misspelled_key_gets_a_did_you_mean():
         load_config("tiny", ["train.zzz=3"])
 
 
-def test_counts_and_budgets_read_as_people_write_them():
+def test_glue_takes_no_progress_as_quiet():
+    import argparse
+
+    _, add, _ = COMMANDS["glue"]
+    parser = argparse.ArgumentParser()
+    add(parser)
+    assert parser.parse_args([*REQUIRED["glue"], "--no-progress"]).quiet is True
+
+
+def test_counts_and_budgets_read_as_people_write_them(tmp_path):
+    import json
+
+    from electra.glue.report import chance_lines
+    from electra.report import write_report
+    from tests.helpers import fake_study
+
     assert [plural(1, "seed"), plural(3, "seed"), plural(1200, "step")] == ["1 seed", "3 seeds", "1,200 steps"]
     assert budget("flops=161988147200.0") == "flops=1.62e+11" and budget("steps=6000") == "steps=6,000"
     assert budget("steps") == "steps"
+    chance = {"at_chance": True, "metric": "accuracy", "value": 50.0, "baseline": 50.0, "margin": 5.0,
+              "constant": False}  # fmt: skip
+    assert chance_lines({"rte": [{"chance": chance}]})[0].startswith("rte: 1 of 1 seed at chance level")
+    study = fake_study(tmp_path / "s", {"electra": [60.0]})
+    meta = json.loads((study / "study.json").read_text())
+    meta["settings"][0]["steps"] = 1200
+    meta.update(budget="flops=161988147200.0", tasks=["rte"], seeds=[0])
+    (study / "study.json").write_text(json.dumps(meta))
+    header = (write_report([study]) / "report.md").read_text()
+    assert "Budget per setting: flops=1.62e+11 (optimizer steps: electra: 1,200). Fine-tuned on rte" in header

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from electra.demo import REAL_TEXT_COMMAND, SETTINGS, demo, verdict_lines
-from tests.helpers import fake_study
+from tests.helpers import fake_pretrain_run, fake_study
 
 
 @pytest.mark.slow
@@ -42,6 +42,19 @@ def test_the_verdict_follows_the_seeds(tmp_path):
     assert three[1].startswith("   electra: pretraining helped: electra +10.5 points vs none on rte")
     assert three[2].startswith("   mlm: pretraining did NOT help (no pretraining is better): mlm -9.5 points")
     assert three[-1].startswith("   at equal FLOPs: ELECTRA beats MLM: electra +20.0 points vs mlm")
+
+
+def test_a_collapsed_pretraining_is_called_collapsed_not_never_learned(tmp_path):
+    """The gate's own word in the verdict: a discriminator whose held-out AUC passed the gate and then fell under
+    it collapsed; it did not "never leave the plateau"."""
+    study = fake_study(tmp_path / "s", {"electra": [60.0, 61.0, 62.0], "none": [60.0, 61.0, 62.0]})
+    evals = [{"step": s, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": auc}
+             for s, auc in ((100, 0.55), (200, 0.81), (300, 0.52))]  # fmt: skip
+    fake_pretrain_run(study / "runs" / "electra" / "pretrain", 300, evals)
+    line = verdict_lines(study)[1]
+    assert line.startswith("   electra: electra +0.0 points vs none on rte") and "nothing can be concluded" in line
+    assert "; its pretraining collapsed (" in line and "it had reached 0.810 at step 200" in line
+    assert "never" not in line and "plateau" not in line
 
 
 def test_the_demo_on_real_text_runs_the_cpu_preset_and_recipe(tmp_path, monkeypatch):

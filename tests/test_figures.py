@@ -70,6 +70,8 @@ def test_collapse_figure_has_the_studys_panels_and_marks_collapsed_runs():
         ("0.25", "-", False, [0.7, 0.8]), ("1.0 (collapsed)", "--", True, [0.7, 0.5])]  # fmt: skip
     assert {h["y"] for h in auc["hlines"]} == {0.5, 0.6}
     assert [h["y"] for h in panel(fig, "eval_disc_accuracy")["hlines"]] == [86.0]  # always "original"
+    assert [p["ylabel"] for p in fig["panels"]] == ["nats", "accuracy (%)", "fraction", "fraction", "AUC", "nats"]
+    assert panel(fig, "eval_disc_accuracy")["lines"][0]["y"] == [86.0, 86.0]  # in %, like its reference line
 
 
 def test_glue_bars_draw_each_tasks_chance_line_and_mark_rejected_models():
@@ -78,6 +80,7 @@ def test_glue_bars_draw_each_tasks_chance_line_and_mark_rejected_models():
                             {"electra": "never learned"})  # fmt: skip
     (p,) = fig["panels"]
     assert p["tasks"] == ["cola", "rte"] and p["xticks"] == ["cola\n(mcc)", "rte\n(accuracy)"]
+    assert p["ylabel"] == "dev score (%; MCC and correlations × 100)"
     assert [(h["task"], h["y"], h["x0"], h["x1"]) for h in p["hlines"]] == [("cola", 0.0, -0.45, 0.45),
                                                                           ("rte", 52.7, 0.55, 1.45)]  # fmt: skip
     bars = {b["model"]: b for b in p["bars"]}
@@ -90,16 +93,24 @@ def ours(name, flops, score):
     return {"name": name, "flops": flops, "params": 1e6, "score": score, "source": "ours"}
 
 
+PAPER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+
+
 def test_efficiency_puts_ours_beside_the_literature_only_on_the_same_tasks(tmp_path):
     quoted = [{"name": "ELECTRA-Small", "flops": 1.4e18, "params": 14e6, "score": 79.9, "source": "quoted"}]
-    fig = figures.efficiency_data([ours("a", 1e12, 60.0)], quoted, "mean over rte, sst2", "8-task GLUE", 55.0)
+    fig = figures.efficiency_data([ours("a", 1e12, 60.0)], quoted, "mean over rte, sst2", "8-task GLUE", 55.0,
+                                  ["sst2", "rte"], PAPER)  # fmt: skip
     assert [p["title"] for p in fig["panels"]] == ["quoted: 8-task GLUE", "ours: mean over rte, sst2"]
+    assert [p["ylabel"] for p in fig["panels"]] == ["GLUE dev score, mean of 8 tasks (%)",
+                                                    "dev score, mean of 2 tasks (%)"]  # fmt: skip
+    assert [p["tasks"] for p in fig["panels"]] == [PAPER, ["sst2", "rte"]]
     assert [pt["source"] for pt in fig["panels"][0]["points"]] == ["quoted"]
     assert [pt["source"] for pt in fig["panels"][1]["points"]] == ["ours"]
     assert [(h["y"], h["label"]) for h in fig["panels"][1]["hlines"]] == [(55.0, "no pretraining (55.0)")]
-    same = figures.efficiency_data([ours("a", 1e12, 60.0)], quoted, "8-task GLUE", "8-task GLUE", None)
+    same = figures.efficiency_data([ours("a", 1e12, 60.0)], quoted, "8-task GLUE", "8-task GLUE", None, PAPER, PAPER)
     (p,) = same["panels"]
     assert sorted(pt["source"] for pt in p["points"]) == ["ours", "quoted"]
+    assert p["ylabel"] == "GLUE dev score, mean of 8 tasks (%)" and p["tasks"] == PAPER
 
 
 def overlaps(a, b) -> bool:
@@ -109,7 +120,7 @@ def overlaps(a, b) -> bool:
 def test_point_labels_do_not_overlap_and_the_side_file_holds_what_was_drawn(tmp_path):
     crowd = [ours(f"setting-{i}", 1e12 * (1 + 0.01 * i), 60.0 + 0.01 * i) for i in range(5)]  # one spot ...
     crowd += [ours("far-left", 1e9, 50.0), ours("far-right", 1e15, 70.0)]  # ... on a wide axis
-    fig = figures.efficiency_data(crowd, [], "x", "y", None)
+    fig = figures.efficiency_data(crowd, [], "x", "y", None, ["rte"], PAPER)
     path = figures.draw(fig, tmp_path / "eff.png")
     written = json.loads(path.with_suffix(".json").read_text())
     boxes = written["label_boxes"]

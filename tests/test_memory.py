@@ -9,7 +9,7 @@ from electra.model import ElectraForPretraining
 from electra.pretraining import micro_batch_size
 
 
-@pytest.mark.parametrize("preset", ["tiny", "small", "small++"])
+@pytest.mark.parametrize("preset", ["tiny", "cpu", "small", "small++"])  # cpu: rotary positions, no table
 def test_parameter_count_matches_the_model(preset):
     cfg = load_config(preset)
     with torch.device("meta"):

@@ -210,6 +210,19 @@ def test_resume_auto_refuses_a_glue_or_study_folder_and_says_a_fresh_start(tmp_p
     assert meta.step == 2 and "holds no checkpoint yet: starting a fresh run there" in caplog.text
 
 
+def test_a_fresh_run_into_a_glue_or_study_folder_is_refused(tmp_path):
+    """`electra pretrain --out DIR` without --resume, DIR a GLUE sweep's or a study's folder: refused as --resume
+    auto refuses it, before anything is written there."""
+    cfg = load_config("tiny", FAST + ["train.max_steps=2"])
+    for marker in ("sweep.json", "study.json", "results.json"):
+        folder = tmp_path / marker.split(".")[0]
+        folder.mkdir()
+        (folder / marker).write_text("{}")
+        with pytest.raises(CheckpointError, match=rf"holds .* \({marker}\), not a pretraining run: refusing"):
+            pretrain(cfg, folder)
+        assert [p.name for p in folder.iterdir()] == [marker]  # nothing written there
+
+
 def test_no_max_steps_warning_before_a_refusal(tmp_path, caplog):
     run = tmp_path / "run"
     pretrain(load_config("tiny", FAST + ["train.max_steps=2", "train.save_every=2"]), run)

@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from electra.data.synthetic_tasks import write_synthetic_tasks
-from electra.flops import PFS_DAY, off_train_flops
+from electra.flops import PFS_DAY, flops_report, off_train_flops
 from electra.report import write_report
 from electra.results import gate, read_pretrain_run
 from electra.study import StudySpec, run_study
-from tests.helpers import fake_study
+from tests.helpers import fake_pretrain_run, fake_study, glue_results
 
 
 def test_the_report_says_what_the_seeds_allow_and_comments_on_a_better_baseline(tmp_path):
@@ -81,7 +82,7 @@ def test_table_1_holds_each_runs_compute_from_its_files(sweep):
         assert (kind, steps, tokens) == (run.kind, "16", f"{16 * 8 * run.cfg.data.seq_len:,}")
         assert float(flops) == pytest.approx(off_train_flops(run.cfg, 16), rel=5e-3)
         assert float(pfs) == pytest.approx(off_train_flops(run.cfg, 16) / PFS_DAY, rel=5e-3)
-        assert gpus == "1" and devices == "cpu (16 steps)" and wall == "–"  # a CPU has no peak: no pfs-days
+        assert gpus == "0" and devices == "cpu (16 steps)" and wall == "–"  # a CPU has no peak: no pfs-days
         assert float(hours) == pytest.approx(run.meta["train_seconds"] / 3600, rel=5e-3)
         assert float(tuning) == pytest.approx(sum(t["seconds"] for t in results["tasks"].values()) / 3600, rel=5e-3)
 
@@ -119,7 +120,10 @@ def test_table_4_and_figure_2_hold_the_generator_sweep(sweep):
         assert r[1] == str(run.cfg.model.generator.hidden_size) and r[2] == "16"
         assert (r[3], r[4], r[5]) == (f"{last['eval_mlm_loss']:.3f}", f"{last['eval_disc_auc']:.3f}",
                                       f"{last['eval_disc_recall']:.3f}")  # fmt: skip
-        assert r[6] == ("yes" if run.meta["collapsed"] else "no")
+        assert r[6] == ("yes" if run.meta["collapsed"] or gate(run).collapsed else "no") and r[7] == gate(run).word
+        results = json.loads((sweep / "runs" / name / "glue" / "results.json").read_text())
+        medians = [t["metrics"]["accuracy"]["median"] for t in results["tasks"].values()]
+        assert len(medians) == 2 and r[8] == f"{sum(medians) / 2:.2f}"  # the task mean of both tasks
     assert "Warning: the sizes ran unequal steps" not in text  # a steps budget: equal steps
     figure = side(report, "collapse")
     assert [p["key"] for p in figure["panels"]] == ["eval_disc_loss", "eval_disc_accuracy", "eval_disc_precision",
@@ -146,10 +150,61 @@ def test_figure_3_and_table_3_from_the_runs(sweep):
     assert {("GPT", "quoted (the study)"), ("DistilBERT", "quoted (the study)"),
             ("ELECTRA-Small (the study)", "quoted (the study)"), ("ELECTRA-Small 25%", "quoted (ELECTRA paper "
             "Table 1)"), ("no pretraining", "ours")} <= set(table)  # fmt: skip
+    for name in ("g0.25", "g1", "mlm"):
+        run = read_pretrain_run(sweep / "runs" / name / "pretrain")
+        _, _, params, flops, pfs, *_ = table[(name, "ours")]
+        total = flops_report(run.cfg, 16)["total_flops"]  # what `electra flops` prints for the run
+        assert params == f"{body_parameters(run.cfg) / 1e6:.2f}M" and float(flops) == pytest.approx(total, rel=5e-3)
+        assert float(pfs) == pytest.approx(total / PFS_DAY, rel=5e-3)
     efficiency = side(report, "efficiency")
     assert len(efficiency["panels"]) == 2 and efficiency["panels"][1]["title"].startswith("ours: mean over syn-")
+    assert [p["ylabel"] for p in efficiency["panels"]] == ["GLUE dev score, mean of 8 tasks (%)",
+                                                           "dev score, mean of 2 tasks (%)"]  # fmt: skip
     assert efficiency["panels"][1]["hlines"][0]["y"] == pytest.approx(float(table[("no pretraining", "ours")][5]),
                                                                       abs=0.01)  # fmt: skip
+
+
+def body_parameters(cfg) -> int:
+    """What fine-tuning starts from, counted on the model itself: the embeddings and the discriminator's body (the
+    masked LM's, for MLM)."""
+    from electra.model import build_model
+
+    with torch.device("meta"):
+        model = build_model(cfg)
+    body = model.masked_lm.electra if cfg.objective.kind == "mlm" else model.discriminator.electra
+    return sum(p.numel() for m in (model.embeddings, body) for p in m.parameters())
+
+
+def test_a_study_on_all_nine_tasks_shares_the_literatures_panel_averaging_the_papers_eight(tmp_path):
+    """8 tasks + WNLI: ours average exactly the paper's 8 in the literature's panel (WNLI would otherwise keep them
+    apart for good); Table 3's row of ours holds the model's parameters and `electra flops`' FLOPs."""
+    from electra.glue.report import AGGREGATES
+    from electra.report import PAPER_AVERAGE
+    from electra.report_tables import efficiency_points
+    from electra.results import collect
+
+    paper = [t for t, _ in AGGREGATES["paper"]]
+    electra = {t: [60.0 + i, 61.0 + i] for i, t in enumerate(paper)} | {"wnli": [30.0, 31.0]}  # WNLI pulls down
+    none = {t: [50.0, 51.0] for t in [*paper, "wnli"]}
+    study = fake_study(tmp_path / "s", {"electra": electra, "none": none}, metric=None)
+    run = read_pretrain_run(fake_pretrain_run(study / "runs" / "electra" / "pretrain", 40,
+                                              overrides=["model.position_embedding=rotary"]))  # fmt: skip
+    entries, _ = collect([study])
+    (point,) = efficiency_points(entries, paper)
+    assert point["params"] == body_parameters(run.cfg)  # rotary positions: no position table to count
+    report = write_report([study])
+    (panel,) = side(report, "efficiency")["panels"]
+    assert panel["tasks"] == paper and panel["ylabel"] == "GLUE dev score, mean of 8 tasks (%)"
+    ours = [(p["label"], p["y"]) for p in panel["points"] if p["source"] == "ours"]
+    assert ours == [("electra", pytest.approx(64.0))]  # the 8 medians 60.5 ... 67.5; with WNLI it would be 60.3
+    assert [h["y"] for h in panel["hlines"]] == [50.5]  # no pretraining, on the same 8 tasks
+    text = (report / "report.md").read_text()
+    assert "in one panel, both averaging the paper's 8 tasks (wnli left out of ours)" in text
+    row = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}[("electra", "ours")]
+    _, _, params, flops, pfs, score, _, averages = row
+    assert params == f"{body_parameters(run.cfg) / 1e6:.2f}M" and averages == PAPER_AVERAGE and score == "64.00"
+    total = flops_report(run.cfg, 40)["total_flops"]  # what `electra flops` prints for the run's config and steps
+    assert float(flops) == pytest.approx(total, rel=5e-3) and float(pfs) == pytest.approx(total / PFS_DAY, rel=5e-3)
 
 
 def test_table_2_puts_glue_tasks_beside_the_published_numbers_with_the_mnli_caveat(tmp_path):
@@ -176,7 +231,8 @@ def test_table_1_counts_every_session_and_wall_clock_pfs_days_where_the_device_h
         {"device": "NVIDIA H200", "world_size": 2, "start_step": 100, "start_seconds": 3600.0}]}  # fmt: skip
     entry = Entry("resumed", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), None)
     row = compute_row(entry)
-    assert row["world_size"] == 2 and [(s["device"], s["steps"], s["seconds"]) for s in row["sessions"]] == [
+    assert row["world_size"] == row["gpus"] == 2  # the most GPUs any session ran on
+    assert [(s["device"], s["steps"], s["seconds"]) for s in row["sessions"]] == [
         ("cpu", 100, 3600.0), ("NVIDIA H200", 200, 3600.0)]  # fmt: skip
     assert row["pfs_days_wall"] is None  # the CPU session has no peak: no wall-clock pfs-days
     meta["sessions"][0]["device"] = "Tesla V100-SXM2-16GB"
@@ -187,15 +243,36 @@ def test_table_1_counts_every_session_and_wall_clock_pfs_days_where_the_device_h
     assert [s["device"] for s in old["sessions"]] == ["cpu"]  # a run.json from before sessions were kept
 
 
+def test_table_1_claims_no_gpu_for_a_cpu_session_and_says_1_step(tmp_path):
+    from electra.config import load_config
+    from electra.report_tables import compute_table
+    from electra.results import Entry, PretrainRun
+
+    def table(sessions: list[tuple[str, int, int]], step: int) -> list[str]:
+        meta = {"step": step, "train_seconds": 60.0, "sessions": [
+            {"device": d, "world_size": w, "start_step": s, "start_seconds": 0.0} for d, w, s in sessions]}  # fmt: skip
+        entry = Entry("run", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), None)
+        (row,) = rows("\n".join(compute_table([entry])), "### Table 1: compute per experiment")
+        return row[6:8]  # GPUs, device per session
+
+    assert table([("cpu", 1, 0)], 1) == ["0", "cpu (1 step)"]
+    assert table([("cpu", 1, 0), ("NVIDIA H200", 2, 1)], 5) == ["2", "cpu (1 step); NVIDIA H200 ×2 (4 steps)"]
+    baseline = Entry("none", None, None, baseline=True)  # random initialisation: no pretraining, no GPU
+    (row,) = rows("\n".join(compute_table([baseline])), "### Table 1: compute per experiment")
+    assert row[6:8] == ["0", "–"]
+
+
 def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
     from electra.config import load_config
     from electra.report_tables import sweep_entries, sweep_table
     from electra.results import Entry, PretrainRun
 
-    def run(fraction: float, steps: int) -> Entry:
+    def run(fraction: float, steps: int, aucs: tuple[float, ...] = (0.7,), glue: dict | None = None) -> Entry:
         cfg = load_config("tiny", [f"model.generator_fraction={fraction}"])
-        evals = [{"step": steps, "eval_mlm_loss": 4.0, "eval_disc_auc": 0.7, "eval_disc_recall": 0.3}]
-        return Entry(f"g{fraction}", PretrainRun(tmp_path, cfg, {"step": steps}, [], evals), None)
+        evals = [{"step": steps * (i + 1) // len(aucs), "eval_mlm_loss": 4.0, "eval_disc_auc": auc,
+                  "eval_disc_recall": 0.3, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1}
+                 for i, auc in enumerate(aucs)]  # fmt: skip
+        return Entry(f"g{fraction}", PretrainRun(tmp_path, cfg, {"step": steps}, [], evals), glue)
 
     equal = sweep_table(sweep_entries([run(1.0, 100), run(0.25, 100)]), [])
     assert [line.split(" | ")[0] for line in equal[4:6]] == ["| 0.25", "| 1"]  # sorted by size
@@ -203,6 +280,12 @@ def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
     unequal = sweep_table(sweep_entries([run(0.25, 120), run(1.0, 80)]), [])
     assert any(line.startswith("**Warning: the sizes ran unequal steps (80, 120)") for line in unequal)
     assert sweep_entries([run(0.25, 100)]) == []  # one size is no sweep
+    # the gate's word and the GLUE task mean (each task's median over seeds) per size
+    learned = run(0.25, 100, glue=glue_results({"rte": [60.0, 62.0], "sst2": [70.0, 71.0]}))
+    collapsed = run(1.0, 100, aucs=(0.8, 0.5), glue=glue_results({"rte": [50.0, 51.0], "sst2": [52.0, 52.0]}))
+    table = rows("\n".join(sweep_table(sweep_entries([collapsed, learned]), ["rte", "sst2"])), "### Table 4")
+    assert [r[4:] for r in table] == [["0.700", "0.300", "no", "learned", "65.75"],
+                                      ["0.500", "0.300", "yes", "collapsed", "51.25"]]  # fmt: skip
 
 
 @pytest.mark.slow  # the `sweep` fixture

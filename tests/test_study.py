@@ -275,17 +275,82 @@ def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch
 
 
 def test_the_fine_tuning_phase_has_one_bar_over_its_runs(tmp_path, tasks, monkeypatch, capsys):
+    """The bar moves as each fine-tuning run ends, not as each setting's sweep does: a one-setting study has an
+    estimate after its first run; runs a resumed study finished before count from the start."""
     import electra.glue.sweep as sweep_module
+    import electra.study as study_module
     from electra.glue.sweep import SweepResult
     from electra.study import finetune_all
 
-    monkeypatch.setattr(sweep_module, "run_sweep", lambda spec: SweepResult({}, []))
+    def sweep(spec, on_runs=None):  # each (task, seed) ends in turn, as work() tells it
+        for task in ("syn-agree", "syn-topic"):
+            for seed in spec.seeds:
+                rdir = Path(spec.out) / "runs" / task / f"seed{seed}"
+                if not (rdir / "result.json").exists():
+                    rdir.mkdir(parents=True)
+                    (rdir / "result.json").write_text("{}")
+                    if on_runs is not None:
+                        on_runs(1)
+        return SweepResult({}, [])
+
+    positions = []
+
+    class Bar(study_module.tqdm):
+        def update(self, n=1):
+            super().update(n)
+            positions.append(self.n)
+
+    monkeypatch.setattr(sweep_module, "run_sweep", sweep)
+    monkeypatch.setattr(study_module, "tqdm", Bar)
     s = spec(tmp_path / "s", tasks, seeds=[0, 1, 2])
     finetune_all(s, grid(s))
+    assert positions == list(range(1, 19))  # 3 settings x 2 tasks x 3 seeds, one step per run
     bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
     assert any(line.startswith("fine-tuning: 100%") and "18/18" in line and "run/s" in line for line in bar)
+    one = spec(tmp_path / "one", tasks, seeds=[0, 1, 2], vary=[], settings=["electra:"])
+    positions.clear()
+    finetune_all(one, grid(one))
+    assert positions == [1, 2, 3, 4, 5, 6]  # one setting: the bar moves before its sweep ends
+    more = spec(tmp_path / "one", tasks, seeds=[0, 1, 2, 3], vary=[], settings=["electra:"])
+    positions.clear()
+    finetune_all(more, grid(more))
+    assert positions == [7, 8]  # the 6 runs done before are counted from the start
+    capsys.readouterr()
     finetune_all(spec(tmp_path / "q", tasks, progress=False), grid(s))
     assert "fine-tuning:" not in capsys.readouterr().err
+
+
+def test_a_sweeps_worker_processes_report_each_finished_run(tmp_path, monkeypatch):
+    """With several workers the runs end in other processes: the sweep counts the result.json files they write."""
+    import electra.glue.sweep as sweep_module
+    from electra.glue.sweep import SweepSpec, spawn_workers
+
+    out = tmp_path / "glue"
+    (out / "runs" / "rte" / "seed0").mkdir(parents=True)
+    (out / "runs" / "rte" / "seed0" / "result.json").write_text("{}")  # finished before: not news
+
+    class Worker:  # writes one result.json each time it is polled, then exits
+        left = [("rte", 1), ("rte", 2), ("sst2", 0)]
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def poll(self):
+            if not Worker.left:
+                return 0
+            task, seed = Worker.left.pop(0)
+            (out / "runs" / task / f"seed{seed}").mkdir(parents=True)
+            (out / "runs" / task / f"seed{seed}" / "result.json").write_text("{}")
+            return None
+
+        def wait(self):
+            return 0
+
+    told = []
+    monkeypatch.setattr(sweep_module.subprocess, "Popen", Worker)
+    monkeypatch.setattr(sweep_module, "WORKER_POLL_SECONDS", 0.0)
+    assert spawn_workers(SweepSpec(out=str(out), model="m"), ["cpu", "cpu"], told.append) == [0, 0]
+    assert sum(told) == 3 and all(n >= 1 for n in told)
 
 
 def test_a_discriminator_whose_auc_fell_late_is_collapsed_not_never_learned(tmp_path):

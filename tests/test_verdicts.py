@@ -1,5 +1,6 @@
 """The verdicts say "pretraining helped" / "ELECTRA beats MLM" only when the difference of the task means exceeds
-twice its standard error over seeds, on tasks above chance level; otherwise that nothing can be concluded."""
+twice its standard error over seeds, on tasks where the model that scores higher is above chance level; otherwise
+that nothing can be concluded."""
 
 from __future__ import annotations
 
@@ -49,6 +50,22 @@ def test_tasks_at_chance_are_left_out_and_all_at_chance_concludes_nothing():
     assert "(wnli left out: at chance level)" in c.sentence("helped", "hurt")
     c = compare("electra", a, "none", b, ["wnli"])
     assert not c.concluded and "every task (wnli) is at chance level" in c.reason
+
+
+def test_a_task_counts_when_the_better_model_is_above_chance_though_the_other_is_at_it():
+    """A baseline at chance and a pretrained model clearly above it: "pretraining helped" (the baseline at chance
+    used to drop the task, so it could never be said); both at chance: left out; the seeds' spread still rules."""
+    above = results({"rte": [70.0, 71.0, 72.0]})
+    chance = results({"rte": [50.0, 51.0, 52.0]}, at_chance=("rte",))
+    c = compare("electra", above, "none", chance, ["rte"])
+    assert c.tasks == ["rte"] and c.at_chance == [] and c.a_better and c.delta == pytest.approx(20.0)
+    assert c.sentence("pretraining helped", "no").startswith("pretraining helped: electra +20.0 points vs none")
+    c = compare("none", chance, "electra", above, ["rte"])  # the same with the roles swapped
+    assert c.tasks == ["rte"] and c.b_better
+    both = compare("electra", results({"rte": [53.0, 54.0, 55.0]}, at_chance=("rte",)), "none", chance, ["rte"])
+    assert both.tasks == [] and both.at_chance == ["rte"] and not both.concluded
+    noisy = compare("electra", results({"rte": [45.0, 75.0, 60.0]}), "none", chance, ["rte"])
+    assert noisy.tasks == ["rte"] and not noisy.concluded and "within the seeds' spread" in noisy.reason
 
 
 def test_a_better_baseline_is_said_when_it_is_beyond_the_spread():

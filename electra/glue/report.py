@@ -23,6 +23,7 @@ import numpy as np
 
 from electra.files import write_atomic
 from electra.glue.tasks import GLUE_TASKS
+from electra.wording import plural
 
 # style -> (task, metrics averaged into that task's number), in order
 AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -126,8 +127,8 @@ def chance_lines(by_task: dict[str, list[dict]]) -> list[str]:
             value = np.median([r["chance"]["value"] for r in flagged])
             constant = "; some predict one class only" if any(r["chance"]["constant"] for r in flagged) else ""
             lines.append(
-                f"{task}: {len(flagged)} of {len(runs)} seeds at chance level ({c['metric']} {value:.1f} vs. "
-                f"baseline {c['baseline']:.1f} + noise {c['margin']:.1f}{constant})"
+                f"{task}: {len(flagged)} of {plural(len(runs), 'seed')} at chance level ({c['metric']} {value:.1f} "
+                f"vs. baseline {c['baseline']:.1f} + noise {c['margin']:.1f}{constant})"
             )
     return lines
 

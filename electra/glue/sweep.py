@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
 from electra.hub import model_identity
 from electra.memory import keep_freed_memory_in_heap
 from electra.monitor import check_trackers, open_loggers
+from electra.wording import plural
 
 log = logging.getLogger("electra.glue")
 
@@ -100,8 +102,9 @@ class SweepResult:
         return not self.failed and not any(self.worker_exit_codes)
 
 
-def run_sweep(spec: SweepSpec) -> SweepResult:
-    """Fine-tune `spec.model` on every (task, seed) not finished in `spec.out`, then write the report.
+def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> SweepResult:
+    """Fine-tune `spec.model` on every (task, seed) not finished in `spec.out`, then write the report. `on_runs(n)`
+    is told as runs end, in this process or its workers (e.g. a caller's progress bar: `bar.update`).
 
     Everything is checked before the first run: the spec, every task's files, and (when runs remain) the model.
     """
@@ -119,11 +122,11 @@ def run_sweep(spec: SweepSpec) -> SweepResult:
     devices = spec.devices or [spec.device] * spec.num_workers
     codes: list[int] = []
     if len(devices) > 1:
-        codes = spawn_workers(spec, devices)
+        codes = spawn_workers(spec, devices, on_runs)
         if any(codes):
             log.error("worker processes exited with %s; run the same sweep again to resume", codes)
     else:
-        work(spec, header, data, resolve_device(devices[0]), pretrained)
+        work(spec, header, data, resolve_device(devices[0]), pretrained, on_runs)
     return finish(out, header, codes)
 
 
@@ -150,7 +153,7 @@ def load_data(tasks: list[TaskSpec], cfg: FinetuneConfig) -> dict[str, TaskData]
 
 
 def work(spec: SweepSpec, header: dict, data: dict[str, TaskData], device: torch.device,
-         pretrained: Pretrained | None = None) -> None:  # fmt: skip
+         pretrained: Pretrained | None = None, on_runs: Callable[[int], None] | None = None) -> None:  # fmt: skip
     """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process."""
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
@@ -185,6 +188,8 @@ def work(spec: SweepSpec, header: dict, data: dict[str, TaskData], device: torch
         finally:
             (rdir / "claim").unlink(missing_ok=True)
         finished += 1
+        if on_runs is not None:
+            on_runs(1)
         write_report(out, *collect(out), header)
         if spec.stop_after is not None and finished >= spec.stop_after:
             print(f"stopping after {finished} run(s) (stop_after); run the same sweep again to continue")
@@ -229,7 +234,7 @@ def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> lis
     for task, entry in results["tasks"].items():
         metric = main.get(task) or (TASKS[task].main_metric if task in TASKS else next(iter(entry["metrics"])))
         s = entry["metrics"][metric]
-        seeds = f"{s['n']} seed" + ("s" if s["n"] != 1 else "")
+        seeds = plural(s["n"], "seed")
         lines.append(f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds})")
     scores = [f"{style} {score:.2f}" for style, score in results["scores"].items() if score is not None]
     if scores:
@@ -351,7 +356,11 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def spawn_workers(spec: SweepSpec, devices: list[str]) -> list[int]:
+WORKER_POLL_SECONDS = 1.0
+"""How often a sweep waiting on its workers counts their finished runs (result.json files) for `on_runs`."""
+
+
+def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], None] | None = None) -> list[int]:
     """One `python -m electra.glue.sweep` process per device, given the spec as JSON; they share the runs through
     claim files. Returns their exit codes."""
     out = Path(spec.out)
@@ -360,7 +369,20 @@ def spawn_workers(spec: SweepSpec, devices: list[str]) -> list[int]:
     threads = max(1, (os.cpu_count() or 1) // len(devices))  # CPU workers split the cores
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     procs = [subprocess.Popen([sys.executable, "-m", "electra.glue.sweep", str(path), dev], env=env) for dev in devices]
+    if on_runs is not None:  # the workers' runs end in other processes: count the result.json files they write
+        done = finished_runs(out)
+        while any(p.poll() is None for p in procs):
+            time.sleep(WORKER_POLL_SECONDS)
+            now = finished_runs(out)
+            if now > done:
+                on_runs(now - done)
+                done = now
     return [p.wait() for p in procs]
+
+
+def finished_runs(out: Path) -> int:
+    """How many runs of the sweep in `out` have finished (their result.json written)."""
+    return sum(1 for _ in out.glob("runs/*/seed*/result.json"))
 
 
 def spec_from_dict(raw: dict, source: str) -> SweepSpec:
