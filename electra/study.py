@@ -173,8 +173,10 @@ def parse_budget(text: str) -> tuple[str, float | None]:
 def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
     """Give every setting its number of optimizer steps under the budget (0 for objective.kind=none)."""
     from electra.flops import off_train_flops
+    from electra.study_plan import worker_threads
 
     kind, value = parse_budget(spec.budget)
+    pretraining = [s for s in settings if s.kind != "none"]
     for s in settings:
         if s.kind == "none":
             s.steps = 0
@@ -184,8 +186,9 @@ def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
             s.steps = int(value) if value is not None else cfg.train.max_steps
         elif kind == "flops":
             s.steps = int(value // off_train_flops(cfg, 1))
-        else:
-            s.seconds_per_step = seconds_per_step(cfg, spec.device)
+        else:  # timed with the threads each of the --parallel workers will have
+            with worker_threads(max(1, min(spec.parallel, len(pretraining))), spec.device):
+                s.seconds_per_step = seconds_per_step(cfg, spec.device)
             s.steps = int(value // s.seconds_per_step)
         if s.steps < 1:
             raise ConfigError(f"setting {s.name}: the budget {spec.budget} does not pay for one step")

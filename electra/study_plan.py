@@ -3,11 +3,15 @@ training FLOPs (the official ELECTRA accounting, as `electra flops` counts them)
 time, the fine-tuning runs, and an estimated wall time. The estimates come from timed steps on this device, as a
 `seconds=` budget's steps do: a pretraining step of each setting (electra/study.py seconds_per_step), and one
 fine-tuning step of the base model at the recipe's batch and full length (an upper bound: batches are padded only
-to their longest example).
+to their longest example). With `--parallel N` on a CPU each worker process gets its share of the cores, so the
+steps are timed with that many threads and the runs are spread over the N workers (the wall time is the busiest
+worker's share, not the sum).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -35,6 +39,9 @@ class Plan:
     """Task -> optimizer steps of one fine-tuning run."""
     seeds: int
     finetune_step_seconds: float | None
+    pretrain_workers: int = 1
+    """Pretraining runs at a time (`--parallel`, at most the runs to do)."""
+    finetune_workers: int = 1
 
     @property
     def finetune_runs(self) -> int:
@@ -42,14 +49,19 @@ class Plan:
 
     @property
     def finetune_seconds(self) -> float | None:
+        """Wall time of the fine-tuning phase: its many runs shared evenly by the workers."""
         if self.finetune_step_seconds is None:
             return None
-        return len(self.settings) * self.seeds * sum(self.tasks.values()) * self.finetune_step_seconds
+        total = len(self.settings) * self.seeds * sum(self.tasks.values()) * self.finetune_step_seconds
+        return total / self.finetune_workers
 
     @property
     def pretrain_seconds(self) -> float:
-        # --parallel workers split the CPU cores: about the same total on a CPU
-        return sum(s.seconds for s in self.settings if s.seconds is not None)
+        """Wall time of the pretraining phase: each run goes to the worker that frees up first, longest first."""
+        busy = [0.0] * self.pretrain_workers
+        for seconds in sorted((s.seconds for s in self.settings if s.seconds is not None), reverse=True):
+            busy[busy.index(min(busy))] += seconds
+        return max(busy)
 
 
 def make_plan(spec, settings) -> Plan:
@@ -57,19 +69,41 @@ def make_plan(spec, settings) -> Plan:
     from electra.flops import off_train_flops
     from electra.study import pretrained, run_dir, seconds_per_step
 
+    todo = [s for s in settings if s.kind != "none" and not pretrained(run_dir(spec, s) / "pretrain", s.steps)]
+    pretrain_workers, finetune_workers = max(1, min(spec.parallel, len(todo))), max(1, spec.parallel)
     rows = []
-    for s in settings:
-        cfg = s.config(spec)
-        flops = off_train_flops(cfg, s.steps) if s.steps else 0.0
-        if s.kind == "none" or pretrained(run_dir(spec, s) / "pretrain", s.steps):
-            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None))
-            continue
-        per_step = s.seconds_per_step or seconds_per_step(cfg, spec.device)
-        rows.append(SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps))
+    with worker_threads(pretrain_workers, spec.device):
+        for s in settings:
+            cfg = s.config(spec)
+            flops = off_train_flops(cfg, s.steps) if s.steps else 0.0
+            if s not in todo:
+                rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None))
+                continue
+            per_step = s.seconds_per_step or seconds_per_step(cfg, spec.device)
+            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps))
     tasks, step = finetune_lengths(spec), None
     if tasks:
-        step = finetune_step_seconds(settings[0].config(spec), spec)
-    return Plan(rows, spec.budget, tasks, len(spec.seeds), step)
+        with worker_threads(finetune_workers, spec.device):
+            step = finetune_step_seconds(settings[0].config(spec), spec)
+    return Plan(rows, spec.budget, tasks, len(spec.seeds), step, pretrain_workers, finetune_workers)
+
+
+@contextlib.contextmanager
+def worker_threads(workers: int, device: str | None):
+    """Time steps with the threads one of `workers` CPU worker processes will have (electra/study.py and
+    electra/glue/sweep.py give each its share of the cores)."""
+    import torch
+
+    on_cpu = device == "cpu" or (device in (None, "auto") and not torch.cuda.is_available())
+    if workers == 1 or not on_cpu:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def finetune_lengths(spec) -> dict[str, int]:
@@ -140,6 +174,7 @@ def plan_lines(plan: Plan, out: str) -> list[str]:
                  f"{plural(plan.seeds, 'seed')} ({per_task})")  # fmt: skip
     total = plan.pretrain_seconds + (plan.finetune_seconds or 0.0)
     finetune = "" if plan.finetune_seconds is None else f" + fine-tuning about {duration(plan.finetune_seconds)}"
+    at_once = "" if plan.finetune_workers == 1 else f", {plan.finetune_workers} processes at a time"
     lines.append(f"   estimated wall time: about {duration(total)} (pretraining about {duration(plan.pretrain_seconds)}"
-                 f"{finetune}; from timed steps on this device)")  # fmt: skip
+                 f"{finetune}{at_once}; from timed steps on this device)")  # fmt: skip
     return lines

@@ -274,6 +274,32 @@ def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch
     assert printed[first + 5].startswith(f"   estimated wall time: about {plan.pretrain_seconds + 0.144:.0f} s")
 
 
+def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_the_runs(tmp_path, tasks, monkeypatch):
+    """--parallel 2 on a CPU: each worker gets half the cores, so steps are timed with that many threads, and the
+    wall time is the busiest worker's share (the two pretraining runs at once; the fine-tuning runs halved), not
+    the sum of every run."""
+    import torch
+
+    import electra.study as study_module
+    import electra.study_plan as plan_module
+
+    threads = []
+    monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: threads.append(torch.get_num_threads())
+                        or (0.01 if cfg.objective.kind == "electra" else 0.004))  # fmt: skip
+    monkeypatch.setattr(plan_module, "finetune_step_seconds",
+                        lambda cfg, spec: threads.append(torch.get_num_threads()) or 0.002)  # fmt: skip
+    monkeypatch.setattr(plan_module.os, "cpu_count", lambda: 8)
+    before = torch.get_num_threads()
+    s = spec(tmp_path / "s", tasks, seeds=[0, 1], parallel=2, device="cpu")
+    settings = start(s)
+    plan = plan_module.make_plan(s, settings)
+    assert threads == [4, 4, 4] and torch.get_num_threads() == before
+    steps = {x.name: x.steps for x in settings}
+    assert plan.pretrain_seconds == pytest.approx(max(0.01 * steps["kind=electra"], 0.004 * steps["kind=mlm"]))
+    assert plan.finetune_seconds == pytest.approx(3 * 2 * 12 * 0.002 / 2)
+    assert "2 processes at a time" in plan_module.plan_lines(plan, s.out)[-1]
+
+
 def test_the_fine_tuning_phase_has_one_bar_over_its_runs(tmp_path, tasks, monkeypatch, capsys):
     """The bar moves as each fine-tuning run ends, not as each setting's sweep does: a one-setting study has an
     estimate after its first run; runs a resumed study finished before count from the start."""
