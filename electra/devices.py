@@ -2,9 +2,10 @@
 rank's GPU), the autocast precision that `auto` resolves to and why, and the fp32 matmul mode on CUDA.
 
 `auto` on CUDA: bf16 on compute capability >= 8.0 (Ampere and later have bf16 tensor cores); on 7.x (V100, T4)
-bf16 is only emulated, so fp16 with the GradScaler. `auto` on CPU: bf16 only where the CPU has AMX-BF16 tiles
-and the model is wide enough for them to pay (docs/benchmarks.md, "bf16 on CPU"); fp32 elsewhere. The decision
-and its reason go to the run's log and RUN/run.json.
+bf16 is only emulated, so fp16 with the GradScaler. `auto` on CPU: bf16 only where the CPU computes bf16
+natively (AMX-BF16 tiles, Intel Xeon 4th generation on; or AVX512-BF16 dot products, e.g. AMD Zen 4 and 5) and the
+model is wide enough for it to pay (docs/benchmarks.md, "bf16 on CPU"); fp32 elsewhere (e.g. Zen 3, which
+emulates bf16). The decision and its reason go to the run's log and RUN/run.json.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ log = logging.getLogger("electra.devices")
 
 BF16_MIN_CUDA_CAPABILITY = (8, 0)  # Ampere: bf16 tensor cores; 7.x emulates bf16 (slower than fp32)
 CPU_BF16_MIN_HIDDEN = 256
-"""`auto` picks bf16 on an AMX CPU only for a discriminator at least this wide. Measured on an AMX CPU (one
-thread, batch 16, length 128; docs/benchmarks.md): ELECTRA-Small (hidden 256) steps faster in bf16, `tiny`
-(hidden 64) slower: its matmuls are too small for the tiles to outweigh autocast's casts."""
+"""`auto` picks bf16 on a CPU with native bf16 only for a discriminator at least this wide. Measured (one thread;
+docs/benchmarks.md): ELECTRA-Small (hidden 256) steps 1.9-2.0x faster in bf16 on an AMX Xeon and 2.4-2.6x on an
+AVX512-BF16 AMD EPYC (Zen 5); `tiny` (hidden 64) 0.74-1.10x on the Xeon (its matmuls are too small for the tiles
+to outweigh autocast's casts) and the `cpu` preset 1.12-1.16x on the EPYC: not a gain to change a measured
+recipe's numerics for (`--precision bf16` takes it)."""
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""Linux /proc/cpuinfo flags of native bf16 arithmetic, in the order reported: AMX tiles, AVX-512 dot products."""
 
 
 class DeviceError(InputError):
@@ -72,20 +77,22 @@ class Precision:
 
 
 @functools.lru_cache(maxsize=2)
-def cpu_has_amx_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this CPU has AMX-BF16 tiles: the Linux flag `amx_bf16`, else torch's own probe where it has one."""
+def cpu_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's native bf16 arithmetic, one of CPU_BF16_FLAGS (None: emulated): its Linux flags, else torch's own
+    AMX probe where it has one (no /proc, e.g. another OS)."""
     try:
         for line in cpuinfo.read_text().splitlines():
             if line.startswith("flags"):
-                return "amx_bf16" in line.split()
+                flags = set(line.split())
+                return next((f for f in CPU_BF16_FLAGS if f in flags), None)
     except OSError:
         pass
     probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private; absent in some builds
-    return bool(probe()) if probe is not None else False
+    return "amx_bf16" if probe is not None and probe() else None
 
 
 def choose_precision(asked: str, device_type: str, *, cuda_capability: tuple[int, int] | None = None,
-                     cpu_amx_bf16: bool = False, hidden_size: int = 0) -> Precision:  # fmt: skip
+                     cpu_bf16: str | None = None, hidden_size: int = 0) -> Precision:  # fmt: skip
     """The precision for `asked` (auto, fp32, bf16, fp16) from the facts about the device: a pure function."""
     if asked != "auto":
         if asked == "fp16" and device_type != "cuda":
@@ -98,20 +105,20 @@ def choose_precision(asked: str, device_type: str, *, cuda_capability: tuple[int
         if cc >= BF16_MIN_CUDA_CAPABILITY:
             return Precision("bf16", f"auto: compute capability {cc[0]}.{cc[1]} >= 8.0 has bf16 tensor cores")
         return Precision("fp16", f"auto: compute capability {cc[0]}.{cc[1]} < 8.0 only emulates bf16; fp16 + scaler")
-    if not cpu_amx_bf16:
-        return Precision("fp32", "auto: this CPU has no AMX-BF16 (bf16 would be emulated)")
+    if cpu_bf16 is None:
+        return Precision("fp32", "auto: this CPU has neither AMX-BF16 nor AVX512-BF16 (bf16 would be emulated)")
     if hidden_size < CPU_BF16_MIN_HIDDEN:
-        return Precision("fp32", f"auto: AMX-BF16 CPU, but hidden size {hidden_size} < {CPU_BF16_MIN_HIDDEN} "
-                                 "gains nothing from bf16")  # fmt: skip
-    return Precision("bf16", f"auto: AMX-BF16 CPU and hidden size {hidden_size} >= {CPU_BF16_MIN_HIDDEN}")
+        return Precision("fp32", f"auto: {cpu_bf16} CPU, but hidden size {hidden_size} < {CPU_BF16_MIN_HIDDEN} "
+                                 "gains little from bf16")  # fmt: skip
+    return Precision("bf16", f"auto: {cpu_bf16} CPU and hidden size {hidden_size} >= {CPU_BF16_MIN_HIDDEN}")
 
 
 def resolve_precision(asked: str, device: torch.device, hidden_size: int) -> Precision:
     """`choose_precision` with the facts of this machine."""
     if device.type == "cuda":
         return choose_precision(asked, "cuda", cuda_capability=torch.cuda.get_device_capability(device))
-    amx = cpu_has_amx_bf16() if asked == "auto" else False
-    return choose_precision(asked, device.type, cpu_amx_bf16=amx, hidden_size=hidden_size)
+    native = cpu_native_bf16() if asked == "auto" else None
+    return choose_precision(asked, device.type, cpu_bf16=native, hidden_size=hidden_size)
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

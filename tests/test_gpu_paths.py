@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from electra import bench, devices
 from electra.cli import main as cli_main
 from electra.config import load_config
-from electra.devices import DeviceError, choose_precision, cpu_has_amx_bf16, resolve_device
+from electra.devices import DeviceError, choose_precision, cpu_native_bf16, resolve_device
 from electra.errors import InputError
 from electra.masking import sample_replacements
 from electra.memory import LOGIT_COPIES, estimate_peak_bytes, parameter_count
@@ -90,9 +90,11 @@ def test_asking_for_cuda_without_one_is_one_line_and_a_non_zero_exit(tmp_path, c
         ("auto", "cuda", {"cuda_capability": (8, 0)}, "bf16"),  # A100
         ("auto", "cuda", {"cuda_capability": (7, 5)}, "fp16"),  # T4: bf16 only emulated
         ("auto", "cuda", {"cuda_capability": (7, 0)}, "fp16"),  # V100
-        ("auto", "cpu", {"cpu_amx_bf16": False, "hidden_size": 1024}, "fp32"),
-        ("auto", "cpu", {"cpu_amx_bf16": True, "hidden_size": 64}, "fp32"),  # tiny: too narrow to gain
-        ("auto", "cpu", {"cpu_amx_bf16": True, "hidden_size": 256}, "bf16"),  # ELECTRA-Small
+        ("auto", "cpu", {"cpu_bf16": None, "hidden_size": 1024}, "fp32"),  # e.g. Zen 3: bf16 emulated
+        ("auto", "cpu", {"cpu_bf16": "amx_bf16", "hidden_size": 64}, "fp32"),  # tiny: too narrow to gain
+        ("auto", "cpu", {"cpu_bf16": "amx_bf16", "hidden_size": 256}, "bf16"),  # ELECTRA-Small, Xeon 4th gen.
+        ("auto", "cpu", {"cpu_bf16": "avx512_bf16", "hidden_size": 64}, "fp32"),  # the cpu preset, Zen 5
+        ("auto", "cpu", {"cpu_bf16": "avx512_bf16", "hidden_size": 256}, "bf16"),  # ELECTRA-Small, Zen 4/5
         ("bf16", "cpu", {}, "bf16"),  # asked for: allowed on any CPU
         ("fp32", "cuda", {"cuda_capability": (9, 0)}, "fp32"),
     ],
@@ -125,12 +127,14 @@ def test_fp16_on_cpu_is_refused_in_one_line():
         choose_precision("fp16", "cpu")
 
 
-def test_amx_is_read_from_the_cpu_flags(tmp_path):
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\n")
-    assert cpu_has_amx_bf16.__wrapped__(cpuinfo)
-    cpuinfo.write_text("processor: 0\nflags\t\t: fpu avx2 fma\n")
-    assert not cpu_has_amx_bf16.__wrapped__(cpuinfo)
+    cpuinfo.write_text("processor: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n")  # Xeon 4th gen.
+    assert cpu_native_bf16.__wrapped__(cpuinfo) == "amx_bf16"
+    cpuinfo.write_text("processor: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")  # Zen 4 / 5
+    assert cpu_native_bf16.__wrapped__(cpuinfo) == "avx512_bf16"
+    cpuinfo.write_text("processor: 0\nflags\t\t: fpu avx2 fma\n")  # Zen 3
+    assert cpu_native_bf16.__wrapped__(cpuinfo) is None
 
 
 def test_run_json_records_the_precision_and_why(tmp_path):
@@ -391,7 +395,7 @@ def test_glue_fine_tuning_runs_bf16_on_cpu_when_asked_and_auto_as_pretraining():
     amp = autocast_for(CPU, "bf16", 64)
     with amp, torch.no_grad():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
-    auto = devices.resolve_precision("auto", CPU, 256).name  # bf16 on an AMX CPU, fp32 elsewhere
+    auto = devices.resolve_precision("auto", CPU, 256).name  # bf16 with native bf16, fp32 elsewhere
     with autocast_for(CPU, "auto", 256), torch.no_grad():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == devices.DTYPES[auto]
     with autocast_for(CPU, "fp32", 256), torch.no_grad():
