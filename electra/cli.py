@@ -494,7 +494,7 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         "--steps",
         type=int,
         default=None,
-        help="the budget: FLOPs of this many ELECTRA steps (2000; with --corpus 1680)",
+        help="the budget: FLOPs of this many ELECTRA steps (2000; with --corpus 2700)",
     )
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
     _add_quiet(p, "no progress bars")
