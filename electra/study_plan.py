@@ -11,14 +11,17 @@ worker's share, not the sum).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from electra.wording import budget, duration, plural
 
 FINETUNE_TIMED_STEPS = 3  # timed fine-tuning steps (after one untimed)
+LENGTH_SAMPLE = 4096  # training examples tokenized to estimate a task's padded batch length
 
 
 @dataclass
@@ -38,7 +41,8 @@ class Plan:
     tasks: dict[str, int]
     """Task -> optimizer steps of one fine-tuning run."""
     seeds: int
-    finetune_step_seconds: float | None
+    finetune_step_seconds: dict[str, float] | None
+    """Task -> seconds of one of its fine-tuning steps."""
     pretrain_workers: int = 1
     """Pretraining runs at a time (`--parallel`, at most the runs to do)."""
     finetune_workers: int = 1
@@ -52,7 +56,8 @@ class Plan:
         """Wall time of the fine-tuning phase: its many runs shared evenly by the workers."""
         if self.finetune_step_seconds is None:
             return None
-        total = len(self.settings) * self.seeds * sum(self.tasks.values()) * self.finetune_step_seconds
+        per_run = sum(n * self.finetune_step_seconds[t] for t, n in self.tasks.items())
+        total = len(self.settings) * self.seeds * per_run
         return total / self.finetune_workers
 
     @property
@@ -83,8 +88,11 @@ def make_plan(spec, settings) -> Plan:
             rows.append(SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps))
     tasks, step = finetune_lengths(spec), None
     if tasks:
+        cfg = settings[0].config(spec)
+        lengths = padded_lengths(spec, cfg.model.max_position_embeddings)
         with worker_threads(finetune_workers, spec.device):
-            step = finetune_step_seconds(settings[0].config(spec), spec)
+            timed = {n: finetune_step_seconds(cfg, spec, n) for n in sorted(set(lengths.values()))}
+        step = {t: timed[n] for t, n in lengths.items()}
     return Plan(rows, spec.budget, tasks, len(spec.seeds), step, pretrain_workers, finetune_workers)
 
 
@@ -123,9 +131,44 @@ def finetune_lengths(spec) -> dict[str, int]:
     return lengths
 
 
-def finetune_step_seconds(cfg, spec) -> float:
+def padded_lengths(spec, max_positions: int) -> dict[str, int]:
+    """Task -> the length its training batches are padded to, on average: the mean longest example of random
+    batches of the recipe's size, from a sample of the task's training examples tokenized as fine-tuning will
+    (electra/glue/features.py encode), rounded up to a multiple of 8."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from electra.config import load_finetune_config
+    from electra.glue.features import encode
+    from electra.glue.loading import load_task
+    from electra.glue.tasks import resolve_tasks
+
+    if spec.data is None:
+        from electra.data.synthetic import synthetic_tokenizer_json
+
+        tokenizer = Tokenizer.from_str(synthetic_tokenizer_json())
+    else:
+        from electra.data.corpus import TOKENIZER_FILE
+        from electra.data.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(Path(spec.data) / TOKENIZER_FILE)
+    ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    batch, max_length = ft.batch_size, min(ft.max_length, max_positions)
+    found, _ = resolve_tasks(spec.tasks.split(","), spec.glue_dir)
+    rng = np.random.default_rng(0)
+    lengths = {}
+    for t in found:
+        train = load_task(t).train
+        sample = [train[i] for i in rng.permutation(len(train))[:LENGTH_SAMPLE]]
+        n = np.array([len(x) for x in encode(sample, tokenizer, max_length).input_ids])
+        longest = n[rng.integers(0, len(n), size=(256, min(batch, len(n))))].max(axis=1).mean()
+        lengths[t.task.name] = min(max_length, 8 * math.ceil(longest / 8))
+    return lengths
+
+
+def finetune_step_seconds(cfg, spec, length: int) -> float:
     """Median seconds of a fine-tuning step of the base model (the discriminator body, a two-class head) at the
-    recipe's batch size and full length on the study's device."""
+    recipe's batch size and the given length on the study's device."""
     import torch
     import torch.nn.functional as F
 
@@ -140,8 +183,7 @@ def finetune_step_seconds(cfg, spec) -> float:
     dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model = GlueModel(ElectraModel(cfg.model), cfg.model, ft.head, 2).to(dev)
     opt = build_optimizer(model, ft, cfg.model.num_layers)
-    batch = synthetic_batch(cfg.model.vocab_size, ft.batch_size, min(ft.max_length, cfg.model.max_position_embeddings),
-                            dev)  # fmt: skip
+    batch = synthetic_batch(cfg.model.vocab_size, ft.batch_size, length, dev)
     labels = torch.zeros(ft.batch_size, dtype=torch.long, device=dev)
     times = []
     for i in range(1 + FINETUNE_TIMED_STEPS):

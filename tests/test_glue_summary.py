@@ -4,7 +4,7 @@ scores that are defined, the warnings, and the report's path; the report itself 
 from __future__ import annotations
 
 from electra.glue.report import summarize
-from electra.glue.sweep import summary_lines
+from electra.glue.sweep import summary_line, summary_lines
 from electra.glue.tasks import GLUE_TASKS, TASKS
 
 METRICS = {"cola": ["mcc"], "sst2": ["accuracy"], "mrpc": ["f1", "accuracy"], "stsb": ["pearson", "spearman"],
@@ -38,8 +38,14 @@ def test_one_line_per_task_then_the_defined_scores():
     assert None not in scores.values()
     assert lines[10] == "GLUE scores: " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
     assert lines[11].startswith("WARNING syn-agree: 1 of 3 seeds at chance level")
-    assert lines[12].startswith("1 run(s) failed")
+    assert lines[12].startswith("1 run failed (non-finite loss)")
     partial = [r for r in records if r["task"] != "wnli"]  # the paper's score is defined, the other two are not
     results = {k: v for k, v in summarize(partial).items() if not k.startswith("_")}
     assert [line for line in summary_lines(results, partial, []) if line.startswith("GLUE scores")] == [
         f"GLUE scores: paper {results['scores']['paper']:.2f}"]  # fmt: skip
+
+
+def test_a_runs_line_counts_its_steps_in_words():
+    r = {**record("wnli", 0, 56.3), "steps": 1, "loss_start": 0.7, "loss_end": 0.69, "seconds": 0.4}
+    assert "| 1 step, loss 0.700 -> 0.690, 0.4 s" in summary_line(r)
+    assert "| 6,315 steps," in summary_line({**r, "steps": 6315})

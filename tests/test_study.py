@@ -249,7 +249,7 @@ def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch
     import electra.study_plan as plan_module
 
     monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: 0.01)
-    monkeypatch.setattr(plan_module, "finetune_step_seconds", lambda cfg, spec: 0.002)
+    monkeypatch.setattr(plan_module, "finetune_step_seconds", lambda cfg, spec, length: 0.002)
     monkeypatch.setattr(study_module, "_pretrain_worker", lambda *a, **k: 0)  # stops the study after the plan
     s = spec(tmp_path / "s", tasks, seeds=[0, 1])
     with pytest.raises(study_module.StudyStopped):
@@ -287,13 +287,14 @@ def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_t
     monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: threads.append(torch.get_num_threads())
                         or (0.01 if cfg.objective.kind == "electra" else 0.004))  # fmt: skip
     monkeypatch.setattr(plan_module, "finetune_step_seconds",
-                        lambda cfg, spec: threads.append(torch.get_num_threads()) or 0.002)  # fmt: skip
+                        lambda cfg, spec, length: threads.append(torch.get_num_threads()) or 0.002)  # fmt: skip
     monkeypatch.setattr(plan_module.os, "cpu_count", lambda: 8)
     before = torch.get_num_threads()
     s = spec(tmp_path / "s", tasks, seeds=[0, 1], parallel=2, device="cpu")
     settings = start(s)
     plan = plan_module.make_plan(s, settings)
-    assert threads == [4, 4, 4] and torch.get_num_threads() == before
+    lengths = set(plan_module.padded_lengths(s, 128).values())  # one timed step per distinct length
+    assert threads == [4, 4] + [4] * len(lengths) and torch.get_num_threads() == before
     steps = {x.name: x.steps for x in settings}
     assert plan.pretrain_seconds == pytest.approx(max(0.01 * steps["kind=electra"], 0.004 * steps["kind=mlm"]))
     assert plan.finetune_seconds == pytest.approx(3 * 2 * 12 * 0.002 / 2)
@@ -401,3 +402,30 @@ def test_a_generator_sweep_at_unequal_steps_is_warned_before_it_runs(tmp_path, t
     caplog.clear()
     start(spec(tmp_path / "steps", tasks, vary=sweep, budget="steps=10"))
     assert "unequal steps" not in caplog.text
+
+
+def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(tmp_path, tasks, monkeypatch):
+    """Fine-tuning batches are padded only to their longest example, so the plan times each task's step at the
+    mean longest of its random batches (measured here from the tokenized training set), not at max_length: the
+    synthetic tasks' sentences are far shorter than 128 tokens."""
+    import numpy as np
+
+    import electra.study as study_module
+    import electra.study_plan as plan_module
+    from electra.data.synthetic import synthetic_tokenizer_json
+    from electra.glue.features import encode
+    from electra.glue.loading import load_task
+    from electra.glue.tasks import resolve_tasks
+    from tokenizers import Tokenizer
+
+    monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: 0.01)
+    monkeypatch.setattr(plan_module, "finetune_step_seconds", lambda cfg, spec, length: 1e-4 * length)
+    s = spec(tmp_path / "s", tasks, seeds=[0, 1])
+    plan = plan_module.make_plan(s, start(s))
+    lengths = plan_module.padded_lengths(s, 128)
+    found, _ = resolve_tasks(tasks.split(","), None)
+    for t in found:
+        n = np.array([len(x) for x in encode(load_task(t).train, Tokenizer.from_str(synthetic_tokenizer_json())).input_ids])
+        batches = np.random.default_rng(1).choice(n, size=(2000, 32)).max(axis=1)  # the cpu/off recipe's batch
+        assert lengths[t.task.name] < 128 and abs(lengths[t.task.name] - batches.mean()) <= 8.5, (t, batches.mean())
+    assert plan.finetune_seconds == pytest.approx(3 * 2 * sum(6 * 1e-4 * lengths[t] for t in plan.tasks))

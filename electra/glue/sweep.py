@@ -244,14 +244,14 @@ def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> lis
         by_task.setdefault(r["task"], []).append(r)
     lines += [f"WARNING {line}" for line in chance_lines(by_task)]
     if failed:
-        lines.append(f"{len(failed)} run(s) failed (non-finite loss); run the same sweep again to retry them")
+        lines.append(f"{plural(len(failed), 'run')} failed (non-finite loss); run the same sweep again to retry them")
     return lines
 
 
 def summary_line(r: dict) -> str:
     scores = ", ".join(f"{k} {v:.2f}" for k, v in r["metrics"].items())
     loss = f"loss {r['loss_start']:.3f} -> {r['loss_end']:.3f}" if r["loss_start"] is not None else "no steps"
-    line = f"{r['task']} seed {r['seed']}: {scores} | {r['steps']} steps, {loss}, {r['seconds']:.1f} s"
+    line = f"{r['task']} seed {r['seed']}: {scores} | {plural(r['steps'], 'step')}, {loss}, {r['seconds']:.1f} s"
     if r["chance"]["at_chance"]:
         c = r["chance"]
         line += f" | AT CHANCE ({c['metric']} {c['value']:.1f} vs. baseline {c['baseline']:.1f} + {c['margin']:.1f})"
