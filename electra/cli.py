@@ -497,6 +497,8 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         help="the budget: FLOPs of this many ELECTRA steps (2000; with --corpus 2700)",
     )
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
+    p.add_argument("--finetune-steps", type=int, default=None,
+                   help="cap every fine-tuning run at this many steps (default: each task's full schedule)")  # fmt: skip
     _add_quiet(p, "no progress bars")
 
 
@@ -511,6 +513,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             args.glue_dir,
             args.steps,
             _parse_seeds(args.seeds),
+            args.finetune_steps,
             progress=not args.quiet,
         )
     except StudyStopped as err:

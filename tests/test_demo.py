@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from electra.cli import main
 from electra.demo import REAL_TEXT_COMMAND, SETTINGS, demo, verdict_lines
 from tests.helpers import fake_pretrain_run, fake_study
 
@@ -59,7 +60,7 @@ def test_a_collapsed_pretraining_is_called_collapsed_not_never_learned(tmp_path)
 
 def test_the_demo_on_real_text_runs_the_cpu_preset_and_recipe(tmp_path, monkeypatch):
     """--corpus: the cpu preset (rotary positions), the cpu fine-tuning recipe, ELECTRA at temperature 1, MLM and
-    none, fine-tuning capped; what the study is asked to run, read before it runs."""
+    none, each task's full fine-tuning schedule unless capped; what the study is asked to run, read before it runs."""
     import electra.demo as demo_module
     from tests.helpers import prepared_synthetic_corpus
 
@@ -75,7 +76,9 @@ def test_the_demo_on_real_text_runs_the_cpu_preset_and_recipe(tmp_path, monkeypa
     monkeypatch.setattr(demo_module, "run_study", study)
     with pytest.raises(SystemExit):
         demo(tmp_path / "demo", corpus="text.txt")
-    (spec,) = asked
+    with pytest.raises(SystemExit):
+        main(["demo", "--corpus", "text.txt", "--out", str(tmp_path / "demo"), "--finetune-steps", "800"])
+    spec, capped = asked
     assert (spec.base, spec.recipe, spec.data) == ("cpu", "cpu", str(data))
     assert [s.split(":")[0] for s in spec.settings] == ["electra", "mlm", "none"]
-    assert "finetune.max_steps=800" in spec.finetune_overrides
+    assert spec.finetune_overrides == [] and capped.finetune_overrides == ["finetune.max_steps=800"]
