@@ -268,3 +268,13 @@ def test_a_full_disk_leaves_no_corrupt_set_and_keeps_the_old_one(tok_dir, inputs
     result = _run_with_file_size_limit(args + ["--out", str(tmp_path / "new"), str(big)], tok_size + 1000)
     assert result.returncode == 2 and not (tmp_path / "new").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp folders left
+
+
+def test_the_summary_counts_its_workers_in_words():
+    from electra.data.prepare import summary
+
+    meta = {"num_documents": 2583, "num_tokens": 12575469, "dtype": "uint16", "bytes": 40.7e6, "elapsed_s": 8.4,
+            "tokens_per_s": 1.49e6, "workers": 1, "empty_documents": 0, "replaced_invalid_utf8": 0}  # fmt: skip
+    assert summary(meta, "c").endswith("(1.49M tokens/s, 1 worker)")
+    assert summary({**meta, "workers": 2}, "c").endswith("(1.49M tokens/s, 2 workers)")
+    assert summary({**meta, "empty_documents": 1}, "c").endswith("1 worker); 1 empty document skipped")

@@ -53,6 +53,7 @@ from electra.data.sources import (
 from electra.errors import DiskFullError, InputError, is_disk_full
 from electra.faults import failpoint
 from electra.files import folder_lock
+from electra.wording import plural
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 2 << 20  # text per worker task: large enough to amortise pickling, small enough to pipeline
@@ -328,10 +329,11 @@ def summary(meta: dict, out: str | Path) -> str:
     s = (
         f"{out}: {meta['num_documents']:,} documents, {meta['num_tokens']:,} tokens ({meta['dtype']}) from "
         f"{meta['bytes'] / 1e6:.1f} MB of text, prepared in {meta['elapsed_s']:.1f}s "
-        f"({meta['tokens_per_s'] / 1e6:.2f}M tokens/s, {meta['workers']} workers)"
+        f"({meta['tokens_per_s'] / 1e6:.2f}M tokens/s, {plural(meta['workers'], 'worker')})"
     )
     if meta["empty_documents"]:
-        s += f"; {meta['empty_documents']} empty documents skipped"
+        s += f"; {plural(meta['empty_documents'], 'empty document')} skipped"
     if meta["replaced_invalid_utf8"]:
-        s += f"; {meta['replaced_invalid_utf8']} invalid UTF-8 sequences replaced (first: {meta['first_invalid_utf8']})"
+        n = plural(meta["replaced_invalid_utf8"], "invalid UTF-8 sequence")
+        s += f"; {n} replaced (first: {meta['first_invalid_utf8']})"
     return s
