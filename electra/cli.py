@@ -497,8 +497,8 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
         help="the budget: FLOPs of this many ELECTRA steps (2000; with --corpus 2700)",
     )
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
-    p.add_argument("--finetune-steps", type=int, default=None,
-                   help="cap every fine-tuning run at this many steps (default: each task's full schedule)")  # fmt: skip
+    cap = "cap every fine-tuning run at this many steps (default: each task's full schedule)"
+    p.add_argument("--finetune-steps", type=int, default=None, help=cap)
     _add_quiet(p, "no progress bars")
 
 

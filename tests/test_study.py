@@ -409,6 +409,7 @@ def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(
     mean longest of its random batches (measured here from the tokenized training set), not at max_length: the
     synthetic tasks' sentences are far shorter than 128 tokens."""
     import numpy as np
+    from tokenizers import Tokenizer
 
     import electra.study as study_module
     import electra.study_plan as plan_module
@@ -416,7 +417,6 @@ def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(
     from electra.glue.features import encode
     from electra.glue.loading import load_task
     from electra.glue.tasks import resolve_tasks
-    from tokenizers import Tokenizer
 
     monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: 0.01)
     monkeypatch.setattr(plan_module, "finetune_step_seconds", lambda cfg, spec, length: 1e-4 * length)
@@ -424,8 +424,9 @@ def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(
     plan = plan_module.make_plan(s, start(s))
     lengths = plan_module.padded_lengths(s, 128)
     found, _ = resolve_tasks(tasks.split(","), None)
+    tokenizer = Tokenizer.from_str(synthetic_tokenizer_json())
     for t in found:
-        n = np.array([len(x) for x in encode(load_task(t).train, Tokenizer.from_str(synthetic_tokenizer_json())).input_ids])
+        n = np.array([len(x) for x in encode(load_task(t).train, tokenizer).input_ids])
         batches = np.random.default_rng(1).choice(n, size=(2000, 32)).max(axis=1)  # the cpu/off recipe's batch
         assert lengths[t.task.name] < 128 and abs(lengths[t.task.name] - batches.mean()) <= 8.5, (t, batches.mean())
     assert plan.finetune_seconds == pytest.approx(3 * 2 * sum(6 * 1e-4 * lengths[t] for t in plan.tasks))
