@@ -3,7 +3,8 @@ the collapse watch.
 
 Collapse (the study's finding): with a generator larger than recommended the discriminator can stop telling
 replaced from original tokens; recall on replaced tokens falls to 0 and the AUC to 0.5. The watch flags a run
-whose held-out metrics stay there for `train.collapse_patience` evaluations.
+whose held-out metrics stay there for `train.collapse_patience` evaluations: an AUC under 0.55, or a recall under
+0.05 with an AUC that has not passed the report's gate (0.6).
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from electra.data import ExampleSource, TokenizerInfo
 from electra.files import write_atomic
 from electra.masking import mask_tokens
 from electra.model import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+from electra.results import is_collapsed
 
 log = logging.getLogger("electra.pretrain")
 
-COLLAPSE_RECALL = 0.05  # disc recall on replaced tokens below this ...
-COLLAPSE_AUC = 0.55  # ... or AUC below this, at `collapse_patience` evaluations in a row: collapsed
 FREQUENCY_SAMPLE_TOKENS = 1_000_000  # training tokens counted for the token-frequency baseline
 
 
@@ -128,11 +128,6 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     _, where, counts = np.unique(np.asarray(scores), return_inverse=True, return_counts=True)
     ranks = (np.cumsum(counts) - (counts - 1) / 2)[where]  # 1-based, ties averaged
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def is_collapsed(metrics: dict[str, float]) -> bool:
-    recall, auc = metrics["disc_recall"], metrics["disc_auc"]
-    return (not recall >= COLLAPSE_RECALL) or (not auc >= COLLAPSE_AUC)  # NaN counts as collapsed
 
 
 def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,

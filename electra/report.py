@@ -193,15 +193,16 @@ def _collapse_section(runs: list[Entry], out: Path) -> list[str]:
     electra = [e for e in runs if e.pretrain.kind == "electra" and e.pretrain.evals]
     if len(electra) < 2:
         return []
-    collapsed = {e.name: bool(e.pretrain.meta.get("collapsed")) or e.judge().collapsed for e in electra}
+    collapsed = {e.name: e.pretrain.collapsed or e.judge().collapsed for e in electra}
     figures.collapse({e.name: e.pretrain.evals for e in electra}, collapsed, out / "collapse.png", GATE_AUC)
     lines = [
         "## Collapse (the study's Figure 2)",
         "",
         "![held-out discriminator metrics and generator loss per setting](collapse.png)",
         "",
-        "Held out, per setting. Dashed and labelled: runs flagged as collapsed (held-out recall < 0.05 or AUC < 0.55 "
-        "for `collapse_patience` evaluations in a row, or an AUC that passed the gate and fell under it).",
+        "Held out, per setting. Dashed and labelled: runs flagged as collapsed (held-out AUC < 0.55, or recall < 0.05 "
+        "with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a row; or an AUC that passed the "
+        "gate and fell under it).",
         "",
     ]
     sweep = report_tables.sweep_entries(electra)

@@ -208,7 +208,7 @@ def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
     ]
     for e in runs:
         m, gate = e.pretrain.cfg.model, e.judge()
-        collapsed = bool(e.pretrain.meta.get("collapsed")) or gate.collapsed
+        collapsed = e.pretrain.collapsed or gate.collapsed
         lines.append(
             f"| {m.generator_fraction:g} | {m.generator.hidden_size} | {e.pretrain.steps:,} | "
             f"{fmt(_last(e, 'eval_mlm_loss'), 3)} | {fmt(_last(e, 'eval_disc_auc'), 3)} | "
@@ -217,9 +217,9 @@ def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
         )
     steps = {e.pretrain.steps for e in runs}
     lines += ["", f"Values at the last held-out evaluation. The study compared generator sizes at equal steps "
-              f"({STUDY_SWEEP_STEPS:,} each, 25% of its 1M); 'collapsed': the run's collapse flag (held-out recall "
-              "< 0.05 or AUC < 0.55 for `collapse_patience` evaluations), or a held-out AUC that passed the gate and "
-              "then fell under it."]  # fmt: skip
+              f"({STUDY_SWEEP_STEPS:,} each, 25% of its 1M); 'collapsed': the collapse watch's flag (held-out AUC "
+              "< 0.55, or recall < 0.05 with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a "
+              "row), or a held-out AUC that passed the gate and then fell under it."]  # fmt: skip
     if len(steps) > 1:
         lines += ["", f"**Warning: the sizes ran unequal steps ({', '.join(f'{s:,}' for s in sorted(steps))}), as a "
                   "FLOPs or seconds budget gives them: larger generators got fewer steps, so this is not the study's "

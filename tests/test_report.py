@@ -302,3 +302,16 @@ def test_a_sweep_written_before_results_json_kept_chance_gets_it_from_its_runs(s
         assert read_glue(glue) == current  # the chance line and the fine-tuning time, from the run records
     finally:
         (glue / "results.json").write_text(json.dumps(current))
+
+
+def test_a_report_rederives_the_collapse_flag_from_the_held_out_curve(tmp_path):
+    """run.json's flag is what the watch said when the run ran; the report applies today's rule to the curve, so a
+    discriminator whose AUC climbed past the gate at a low recall (an older run flagged it) is not called collapsed,
+    and one whose last `collapse_patience` evaluations sit at AUC ~0.52 is."""
+    rising = [{"step": s, "eval_disc_recall": 0.03, "eval_disc_auc": a} for s, a in ((1, 0.64), (2, 0.67), (3, 0.72))]
+    run = read_pretrain_run(fake_pretrain_run(tmp_path / "rising", 3, rising))
+    (run.path / "run.json").write_text(json.dumps({"step": 3, "collapsed": True}))
+    assert not read_pretrain_run(run.path).collapsed
+    flat = [{**r, "eval_disc_auc": 0.52} for r in rising]
+    assert read_pretrain_run(fake_pretrain_run(tmp_path / "flat", 3, flat)).collapsed
+    assert not read_pretrain_run(fake_pretrain_run(tmp_path / "short", 2, flat[:2])).collapsed  # 2 < patience 3
