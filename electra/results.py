@@ -50,6 +50,7 @@ def is_collapsed(metrics: dict[str, float]) -> bool:
     separates = auc > GATE_AUC  # NaN does not
     return (not auc >= COLLAPSE_AUC) or (not recall >= COLLAPSE_RECALL and not separates)  # NaN counts as collapsed
 
+
 # The paper's metric per task (ELECTRA paper / OFF README), and WNLI, which the study added.
 TASK_METRIC = {
     "cola": "mcc",
