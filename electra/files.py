@@ -33,6 +33,17 @@ CHECKSUMS_FILE = "SHA256SUMS"
 _HASH_CHUNK = 4 << 20
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+NEW_FILE_MODE = 0o666 & ~_umask()
+"""What `open(path, "w")` would give a new file (mkstemp's temporary files are 0600: a report or run.json others on
+a shared machine or filesystem could not read). Read once, at import, before any thread could race the umask."""
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> None:
     """Write a file through a temporary sibling and an atomic rename; a full disk raises DiskFullError and leaves
     the previous file (if any) as it was."""
@@ -41,6 +52,7 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
     existed = path.exists()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, path.stat().st_mode & 0o7777 if existed else NEW_FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()

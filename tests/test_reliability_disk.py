@@ -164,3 +164,20 @@ def test_a_glue_result_hit_by_a_full_disk_keeps_the_finished_runs(tmp_path, monk
     assert run_sweep(spec).ok  # room again: the sweep completes, as if nothing had happened
     # the same results, to the last digit (only the wall-clock seconds differ)
     assert without_seconds(json.loads((out / "results.json").read_text())) == without_seconds(straight.results)
+
+
+def test_an_atomically_written_file_gets_the_mode_a_plain_write_would_and_keeps_a_changed_one(tmp_path):
+    """mkstemp's temporary files are 0600; renamed over the target they made every run.json, report and config
+    unreadable to the other users of a shared machine or filesystem."""
+    import os
+    import stat
+
+    from electra.files import write_atomic
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    write_atomic(tmp_path / "report.md", "x")
+    assert stat.S_IMODE(os.stat(tmp_path / "report.md").st_mode) == stat.S_IMODE(os.stat(plain).st_mode)
+    os.chmod(tmp_path / "report.md", 0o640)
+    write_atomic(tmp_path / "report.md", "y")
+    assert stat.S_IMODE(os.stat(tmp_path / "report.md").st_mode) == 0o640
