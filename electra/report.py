@@ -202,7 +202,7 @@ def _collapse_section(runs: list[Entry], out: Path) -> list[str]:
         "",
         "Held out, per setting. Dashed and labelled: runs flagged as collapsed (held-out AUC < 0.55, or recall < 0.05 "
         "with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a row; or an AUC that passed the "
-        "gate and fell under it).",
+        "gate and ended under it, 0.05 or more below its peak).",
         "",
     ]
     sweep = report_tables.sweep_entries(electra)

@@ -216,10 +216,13 @@ def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
             f"{fmt(task_mean(e.glue, tasks))} |"
         )
     steps = {e.pretrain.steps for e in runs}
-    lines += ["", f"Values at the last held-out evaluation. The study compared generator sizes at equal steps "
-              f"({STUDY_SWEEP_STEPS:,} each, 25% of its 1M); 'collapsed': the collapse watch's flag (held-out AUC "
-              "< 0.55, or recall < 0.05 with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a "
-              "row), or a held-out AUC that passed the gate and then fell under it."]  # fmt: skip
+    lines += [
+        "",
+        f"Values at the last held-out evaluation. The study compared generator sizes at equal steps "
+        f"({STUDY_SWEEP_STEPS:,} each, 25% of its 1M); 'collapsed': the collapse watch's flag (held-out AUC "
+        "< 0.55, or recall < 0.05 with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a "
+        "row), or a held-out AUC that passed the gate and ended under it, 0.05 or more below its peak.",
+    ]
     if len(steps) > 1:
         lines += ["", f"**Warning: the sizes ran unequal steps ({', '.join(f'{s:,}' for s in sorted(steps))}), as a "
                   "FLOPs or seconds budget gives them: larger generators got fewer steps, so this is not the study's "

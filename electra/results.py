@@ -37,6 +37,8 @@ knowledge beyond frequencies; the accuracy alone misses it where the commonest t
 most slots (the built-in language: a model 1.4 nats below the unigram loss still guesses "the" best), and the loss
 alone would be fooled by nothing the accuracy is not."""
 GATE_AUC = 0.6
+COLLAPSE_FALL = 0.05  # an AUC that passed the gate and ended at least this far under its peak: collapsed (a
+# wobble at the threshold, 0.603 -> 0.597, is not)
 COLLAPSE_AUC = 0.55  # the collapse watch (electra/monitor.py): held-out disc AUC below this ...
 COLLAPSE_RECALL = 0.05  # ... or recall on replaced tokens below this while the AUC is not above GATE_AUC, at
 # `collapse_patience` evaluations in a row. A small discriminator whose AUC climbs past the gate can still predict
@@ -141,8 +143,8 @@ class Gate:
     """None: nothing to judge (random initialisation, or a model whose pretraining run is not at hand)."""
     reasons: list[str] = field(default_factory=list)
     collapsed: bool = False
-    """The discriminator learned (an earlier held-out AUC passed the gate) and then fell back: a collapse, not a
-    run that never learned."""
+    """The discriminator learned (an earlier held-out AUC passed the gate) and then fell back under it, 0.05 or more
+    below that peak: a collapse, not a run that never learned."""
 
     @property
     def word(self) -> str:
@@ -191,7 +193,7 @@ def gate(run: PretrainRun | None) -> Gate:
             f"discriminator AUC {auc if auc is None else round(auc, 3)} {'>' if good else 'not >'} {GATE_AUC}"
         )
         peak = _auc_peak(run.evals)
-        if not good and peak is not None:
+        if not good and peak is not None and (auc is None or not auc > peak[1] - COLLAPSE_FALL):
             reasons.append(f"it had reached {peak[1]:.3f} at step {peak[0]:,}: the discriminator collapsed")
             return Gate(False, reasons, collapsed=True)
     return Gate(ok, reasons)

@@ -393,6 +393,9 @@ def test_a_discriminator_whose_auc_fell_late_is_collapsed_not_never_learned(tmp_
     run.evals[1]["eval_disc_auc"] = 0.58  # never passed the gate: it never learned
     verdict = gate(run)
     assert not verdict.collapsed and verdict.word == "never learned" and verdict.describe().startswith("NEVER")
+    run.evals[1]["eval_disc_auc"], run.evals[2]["eval_disc_auc"] = 0.603, 0.597  # a wobble at the threshold
+    verdict = gate(run)  # (the real-text demo's ELECTRA: 0.603 at step 2000, 0.597 at its end)
+    assert not verdict.collapsed and verdict.word == "never learned"
 
 
 def test_a_generator_sweep_at_unequal_steps_is_warned_before_it_runs(tmp_path, tasks, caplog):
