@@ -76,8 +76,6 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             f"`{study.get('code_revision', 'unknown')}`.",
             "",
         ]
-    baseline = next((e for e in entries if e.baseline and e.glue), None)
-    base_mean = task_mean(baseline.glue, tasks) if baseline else None
     lines += [
         f"## Summary: mean over {', '.join(tasks) or 'no common tasks'} (each task's median over seeds)",
         "",
@@ -85,14 +83,15 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
         "|---|---|---|---|---|",
     ]
     for e in entries:
-        mean = task_mean(e.glue, tasks)
-        delta = None if mean is None or base_mean is None or e is baseline else mean - base_mean
+        mean, baseline = task_mean(e.glue, tasks), baseline_for(e, entries)
+        base_mean = task_mean(baseline.glue, tasks) if baseline else None
+        delta = None if mean is None or base_mean is None or e.baseline else mean - base_mean
         kind = e.kind
         lines.append(
             f"| {e.name} | {kind} | {e.judge().describe()} | {_fmt(mean)} | "
             f"{'–' if delta is None else f'{delta:+.2f}'} |"
         )
-    lines += _verdicts(entries, baseline, tasks)
+    lines += _verdicts(entries, tasks)
     never = [e.name for e in entries if e.judge().learned is False and not e.judge().collapsed]
     if never:
         lines += [
@@ -111,25 +110,42 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
     return lines + [""]
 
 
-def _verdicts(entries: list[Entry], baseline: Entry | None, tasks: list[str]) -> list[str]:
-    """What the numbers allow one to say (electra/verdicts.py), and a word on a baseline that beats pretraining."""
+def baseline_for(e: Entry, entries: list[Entry]) -> Entry | None:
+    """The no-pretraining baseline `e` is measured against: its own study's, else one pretrained on nothing but
+    built from the same corpus (another study at another budget on the same prepared data), else the first."""
+    baselines = [b for b in entries if b.baseline and b.glue]
+    same_study = [b for b in baselines if e.study is not None and b.study == e.study]
+    same_data = [b for b in baselines if _data(b) is not None and _data(b) == _data(e)]
+    return next(iter(same_study + same_data + baselines), None)
+
+
+def _data(e: Entry) -> str | None:
+    return e.corpus or (None if e.pretrain is None else e.pretrain.cfg.data.path)
+
+
+def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
+    """What the numbers allow one to say (electra/verdicts.py), and a word on a baseline that beats pretraining.
+    Each pretrained model is compared with its baseline (`baseline_for`), ELECTRA with MLM only within one study
+    (at its one budget: across budgets the comparison would not be at equal FLOPs)."""
     pretrained = [e for e in entries if e.glue and not e.baseline]
-    if not tasks or (baseline is None and len(pretrained) < 2):
+    pairs = [(e, baseline_for(e, entries)) for e in pretrained]
+    pairs = [(e, b) for e, b in pairs if b is not None]
+    electra = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "electra"]
+    mlm = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "mlm"]
+    matched = [(a, b) for a in electra for b in mlm if a.study == b.study]
+    if not tasks or not (pairs or matched):
         return []
     lines = ["", "**Verdicts** (a difference counts when it exceeds twice the seeds' standard error, on tasks where "
              "the model that scores higher is above chance level; electra/verdicts.py):", ""]  # fmt: skip
     beaten = []
-    for e in pretrained if baseline is not None else []:
+    for e, baseline in pairs:
         c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks)
         lines.append(f"- {c.sentence('pretraining helped', 'pretraining did NOT help')}.")
         if c.b_better:
             beaten.append(e.name)
-    electra = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "electra"]
-    mlm = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "mlm"]
-    for a in electra:
-        for b in mlm:
-            c = compare(a.name, a.glue, b.name, b.glue, tasks)
-            lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
+    for a, b in matched:
+        c = compare(a.name, a.glue, b.name, b.glue, tasks)
+        lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
     if beaten:
         lines += ["", f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "
                   "than these pretrained ones: at this budget pretraining has not yet learned what the tasks need, "

@@ -225,6 +225,9 @@ class Entry:
     """Random initialisation, the no-pretraining baseline (a study's objective.kind=none, or a step-0 run)."""
     study: str | None = None
     """The short name of the study it came from (none for a lone run or sweep)."""
+    corpus: str | None = None
+    """The prepared corpus it was pretrained on (a study's `--data`, a run's data.path; None: the built-in
+    language, or unknown), so that a model is measured against random weights built for the same text."""
 
     @property
     def kind(self) -> str:
@@ -286,7 +289,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                 run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
                 pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
                 entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none,
-                                     study=_study_label(p)))  # fmt: skip
+                                     study=_study_label(p), corpus=study.get("spec", {}).get("data")))  # fmt: skip
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
             run = read_pretrain_run(p)

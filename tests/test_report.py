@@ -315,3 +315,29 @@ def test_a_report_rederives_the_collapse_flag_from_the_held_out_curve(tmp_path):
     flat = [{**r, "eval_disc_auc": 0.52} for r in rising]
     assert read_pretrain_run(fake_pretrain_run(tmp_path / "flat", 3, flat)).collapsed
     assert not read_pretrain_run(fake_pretrain_run(tmp_path / "short", 2, flat[:2])).collapsed  # 2 < patience 3
+
+
+def test_several_studies_measure_each_model_against_its_own_baseline_and_electra_against_mlm_at_one_budget(tmp_path):
+    """The real-text budgets report: the 30-minute study has the random-init baseline, the 10-minute one (same
+    prepared corpus) has none, the demo has its own on its own corpus. Each pretrained model is measured against
+    its study's baseline, else the one built from the same corpus; ELECTRA is compared with MLM only inside a
+    study (across budgets it would not be at equal FLOPs)."""
+
+    def study(name, scores, data, mlm=()):
+        root = fake_study(tmp_path / name, scores, data=data, kinds=dict.fromkeys(mlm, "mlm"))
+        for setting in set(scores) - {"none"}:  # a study's none has no run to read
+            kind = ["objective.kind=mlm"] if setting in mlm else []
+            fake_pretrain_run(root / "runs" / setting / "pretrain", 10, overrides=[f"data.path={data}", *kind])
+        return root
+
+    demo = study("demo", {"electra": [60.0, 60.5, 61.0], "none": [70.0, 70.5, 71.0]}, "demo/data")
+    ten = study("study-10m", {"electra": [80.0, 80.5, 81.0], "mlm": [90.0, 90.5, 91.0]}, "wiki", mlm=["mlm"])
+    thirty = study("study-30m", {"none": [50.0, 50.5, 51.0]}, "wiki")
+    text = (write_report([demo, ten, thirty], tmp_path / "report") / "report.md").read_text()
+    verdicts = [line for line in text.splitlines() if line.startswith("- ")]
+    assert "- pretraining did NOT help: demo/electra -10.0 points vs demo/none on rte" in text
+    assert "- pretraining helped: study-10m/electra +30.0 points vs study-30m/none on rte" in text
+    assert "- pretraining helped: mlm +40.0 points vs study-30m/none on rte" in text  # a unique name stays
+    assert [v for v in verdicts if "MLM" in v] == [
+        "- ELECTRA does NOT beat MLM: study-10m/electra -10.0 points vs mlm on rte, seeds' spread ±0.8."
+    ]  # fmt: skip
