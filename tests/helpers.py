@@ -239,14 +239,15 @@ def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = ()
 
 
 def fake_study(root: Path, scores: dict[str, list[float] | dict[str, list[float]]], task: str = "rte",
-               metric: str | None = "accuracy", data: str | None = None, kinds: dict[str, str] = {}) -> Path:  # fmt: skip
+               metric: str | None = "accuracy", data: str | None = None,
+               kinds: dict[str, str] | None = None) -> Path:  # fmt: skip
     """A study folder with only study.json and each setting's GLUE results.json (its seeds scoring
     `scores[setting]` on `task`'s `metric`, or on each task of a dict task -> scores); the setting `none` is the
     no-pretraining baseline, the others ELECTRA unless `kinds` says; `data`: the study's prepared corpus.
     `fake_pretrain_run` adds a setting's pretraining run."""
     settings = []
     for name, values in scores.items():
-        settings.append({"name": name, "kind": "none" if name == "none" else kinds.get(name, "electra"), "steps": 0,
+        settings.append({"name": name, "kind": "none" if name == "none" else (kinds or {}).get(name, "electra"), "steps": 0,
                          "pretrain": f"runs/{name}/pretrain", "glue": f"runs/{name}/glue"})  # fmt: skip
         (root / "runs" / name / "glue").mkdir(parents=True)
         results = glue_results(values if isinstance(values, dict) else {task: values}, metric=metric)
