@@ -245,9 +245,9 @@ def fake_study(root: Path, scores: dict[str, list[float] | dict[str, list[float]
     `scores[setting]` on `task`'s `metric`, or on each task of a dict task -> scores); the setting `none` is the
     no-pretraining baseline, the others ELECTRA unless `kinds` says; `data`: the study's prepared corpus.
     `fake_pretrain_run` adds a setting's pretraining run."""
-    settings = []
+    settings, kinds = [], kinds or {}
     for name, values in scores.items():
-        settings.append({"name": name, "kind": "none" if name == "none" else (kinds or {}).get(name, "electra"), "steps": 0,
+        settings.append({"name": name, "kind": "none" if name == "none" else kinds.get(name, "electra"), "steps": 0,
                          "pretrain": f"runs/{name}/pretrain", "glue": f"runs/{name}/glue"})  # fmt: skip
         (root / "runs" / name / "glue").mkdir(parents=True)
         results = glue_results(values if isinstance(values, dict) else {task: values}, metric=metric)

@@ -163,6 +163,21 @@ def test_bf16_and_fp32_losses_agree_over_a_few_steps_on_cpu():
     assert not torch.equal(losses["bf16"], losses["fp32"])  # bf16 did run
 
 
+def test_the_losses_are_summed_in_fp32_under_bf16_autocast():
+    """Per-token losses in bf16 summed over a batch would lose ~3 significant digits; their sums and the losses
+    stay fp32 (and within bf16's rounding of the fp32 computation's)."""
+    model = tiny_model(vocab_size=97).eval()
+    ids, attention, types = random_batch(B=4, T=24)
+    with torch.no_grad():
+        reference = model(ids, attention, types, masked(ids, attention))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(ids, attention, types, masked(ids, attention))
+    for name in ("loss", "mlm_loss", "disc_loss"):
+        assert getattr(out, name).dtype == torch.float32, name
+        torch.testing.assert_close(getattr(out, name), getattr(reference, name), rtol=0.05, atol=0)
+    assert out.stats["mlm_loss_sum"].dtype == out.stats["disc_loss_sum"].dtype == torch.float32
+
+
 # -- the generator head and sampling under autocast -----------------------------------------------------------
 
 
