@@ -57,6 +57,11 @@ def _draw_panel(ax, panel: dict) -> list:
         ax.scatter([], [], marker=p["marker"], facecolors=p["fill"], edgecolors=p["color"], label=p["label"])
     if panel.get("xscale"):
         ax.set_xscale(panel["xscale"])
+    if panel.get("xscale") == "log":  # minor labels at 2x and 5x only: all of them overlap within a decade
+        from matplotlib.ticker import LogFormatterSciNotation, LogLocator
+
+        ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        ax.xaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(2, 2)))
     if panel.get("xticks"):
         ax.set_xticks(range(len(panel["xticks"])), panel["xticks"], fontsize=8)
     ax.set_title(panel["title"], fontsize=9)
@@ -326,6 +331,40 @@ def efficiency_data(ours: list[dict], quoted: list[dict], ours_average: str, quo
          "xscale": "log", "tasks": ours_tasks, "points": ours_pts, "legend_points": legend[:1], "hlines": base},
     ]  # fmt: skip
     return {"columns": 2, "panel_size": (PANEL_SIZE[0] * 1.3, PANEL_SIZE[1] * 1.5), "panels": panels}
+
+
+def crossover_data(series: dict[str, list[dict]], baselines: list[dict], chance: dict[str, float],
+                   metrics: dict[str, str]) -> dict:  # fmt: skip
+    """Per task, each objective's median dev score (its min..max over seeds beside it in the data) against its
+    pretraining FLOPs, one line per objective in FLOPs order, with each random-initialisation baseline's median
+    (dashed) and its min..max (dotted) and the task's chance level: where a line rises above the baseline's band
+    is where that objective starts to beat random weights. `series`: objective -> [{"name", "flops", "scores":
+    task -> (median, min, max)}]; `baselines`: [{"name", "scores"}]."""
+    panels = []
+    for task, metric in metrics.items():
+        lines = []
+        for i, (kind, points) in enumerate(series.items()):
+            pts = sorted((p for p in points if task in p["scores"]), key=lambda p: p["flops"])
+            lines.append({"label": kind, "x": [p["flops"] for p in pts], "y": [p["scores"][task][0] for p in pts],
+                          "low": [p["scores"][task][1] for p in pts], "high": [p["scores"][task][2] for p in pts],
+                          "names": [p["name"] for p in pts], "color": f"C{i}", "marker": "o"})  # fmt: skip
+        hlines = []
+        for j, b in enumerate(x for x in baselines if task in x["scores"]):
+            median, low, high = b["scores"][task]
+            colour = REFERENCE_COLOUR if j == 0 else f"C{len(series) + j}"
+            hlines += [{"y": median, "color": colour, "style": "--", "label": f"{b['name']} (no pretraining)"},
+                       {"y": low, "color": colour, "style": ":", "label": None, "band_of": b["name"]},
+                       {"y": high, "color": colour, "style": ":", "label": None, "band_of": b["name"]}]  # fmt: skip
+        if task in chance:
+            hlines.append({"y": chance[task], "color": "k", "style": "-.", "label": "chance (majority class / 0)"})
+        panels.append({"title": task, "task": task, "xlabel": "pretraining FLOPs (log)", "xscale": "log",
+                       "ylabel": f"{metric} (dev, %; median over seeds)", "lines": lines,
+                       "hlines": hlines})  # fmt: skip
+    return {"columns": min(2, len(panels)), "panels": panels}
+
+
+def crossover(series, baselines, chance, metrics, path: Path) -> Path:
+    return draw(crossover_data(series, baselines, chance, metrics), path)
 
 
 def efficiency(ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks, path: Path,

@@ -180,6 +180,32 @@ def _glue_section(entries: list[Entry], out: Path) -> list[str]:
         "majority class, or 0 for MCC and correlations); hatched: models whose pretraining the gate rejects.",
         "",
         *report_tables.glue_table(with_glue),
+        *_crossover(with_glue, {t: metrics[t] for t in order}, chance, out),
+    ]
+
+
+def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, float], out: Path) -> list[str]:
+    """With pretrained models at several budgets and a random-init baseline: each task's score against
+    pretraining FLOPs per objective, beside the baseline's band (figures.crossover)."""
+    pretrained = [e for e in entries if e.pretrain is not None and not e.baseline and e.pretrain.steps]
+    baselines = [{"name": e.name, "scores": task_scores(e.glue)} for e in entries if e.baseline]
+    series: dict[str, list[dict]] = {}
+    for e in pretrained:
+        series.setdefault(e.pretrain.kind, []).append(
+            {"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)})  # fmt: skip
+    if not baselines or not any(len({p["flops"] for p in points}) > 1 for points in series.values()):
+        return []  # no objective at two budgets: no curve
+    figures.crossover(series, baselines, chance, metrics, out / "crossover.png")
+    return [
+        "",
+        "### GLUE against pretraining FLOPs, per task (where pretraining starts to beat random weights)",
+        "",
+        "![each task's score against pretraining FLOPs, per objective, beside random initialisation](crossover.png)",
+        "",
+        "Lines: each objective's median over seeds at each budget (min–max in crossover.json); dashed: random "
+        "initialisation's median, dotted: its min–max; dash-dotted: chance. Where an objective's line clears the "
+        "baseline's band it beats random weights beyond the seeds' spread; a task at chance for every model says "
+        "nothing.",
     ]
 
 

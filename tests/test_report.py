@@ -341,3 +341,33 @@ def test_several_studies_measure_each_model_against_its_own_baseline_and_electra
     assert [v for v in verdicts if "MLM" in v] == [
         "- ELECTRA does NOT beat MLM: study-10m/electra -10.0 points vs mlm on rte, seeds' spread ±0.8."
     ]  # fmt: skip
+
+
+def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_the_baseline(tmp_path):
+    """The crossover figure: per task, one line per objective through its budgets in FLOPs order (median, with
+    min..max in the data), random initialisation's median and min..max band, and chance; read from crossover.json."""
+
+    def study(name, scores, steps, mlm=()):
+        root = fake_study(tmp_path / name, scores, data="wiki", kinds=dict.fromkeys(mlm, "mlm"))
+        for setting in set(scores) - {"none"}:
+            kind = ["objective.kind=mlm"] if setting in mlm else []
+            fake_pretrain_run(root / "runs" / setting / "pretrain", steps[setting], overrides=kind)
+        return root
+
+    long = study("study-30m", {"electra": [80.0, 81.0, 82.0], "mlm": [83.0, 84.0, 85.0], "none": [70.0, 71.0, 72.0]},
+                 {"electra": 300, "mlm": 500}, mlm=["mlm"])  # fmt: skip
+    short = study("study-3m", {"electra": [60.0, 61.0, 62.0], "mlm": [75.0, 76.0, 77.0]}, {"electra": 30, "mlm": 50},
+                  mlm=["mlm"])  # fmt: skip
+    report = write_report([long, short], tmp_path / "report")  # the longer budget first: lines go by FLOPs
+    (panel,) = side(report, "crossover")["panels"]
+    assert panel["task"] == "rte" and panel["xscale"] == "log"
+    lines = {line["label"]: line for line in panel["lines"]}
+    assert lines["electra"]["names"] == ["study-3m/electra", "study-30m/electra"]
+    assert lines["electra"]["y"] == [61.0, 81.0] and lines["electra"]["low"] == [60.0, 80.0]
+    assert lines["mlm"]["y"] == [76.0, 84.0] and lines["mlm"]["x"] == sorted(lines["mlm"]["x"])
+    assert lines["electra"]["x"][0] < lines["electra"]["x"][1]
+    assert [(h["y"], h["style"]) for h in panel["hlines"] if h.get("band_of") or "no pretraining" in str(h["label"])] \
+        == [(71.0, "--"), (70.0, ":"), (72.0, ":")]  # fmt: skip
+    assert "crossover.png" in (report / "report.md").read_text()
+    one = write_report([long], tmp_path / "one")  # one budget: no curve to draw
+    assert not (one / "crossover.json").exists()
