@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -119,8 +120,10 @@ def test_a_resumed_run_logs_each_step_once(tmp_path, wandb_offline):
     assert tensorboard_values(run / "tensorboard") == as_float32(expected)
 
     run_id = (run / "wandb" / "run_id").read_text().strip()
-    sessions = sorted(run.glob("wandb/offline-run-*"))  # offline-run-TIME-ID: one per session, the same W&B run
-    assert len(sessions) == 2 and all(d.name.endswith(f"-{run_id}") for d in sessions)
+    # offline-run-TIME-ID, one per session, the same W&B run (W&B adds "-1" when both start within one second)
+    sessions = sorted(run.glob("wandb/offline-run-*"))
+    assert len(sessions) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", d.name)
+                                      for d in sessions), sessions  # fmt: skip
     # what the killed session logged may not have reached its file (W&B buffers); the resumed one logs from step 7
     resumed = wandb_run(sessions[1] / f"run-{run_id}.wandb")
     assert resumed["run"]["run_id"] == run_id
