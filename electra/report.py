@@ -206,6 +206,7 @@ def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, 
         "initialisation's median, dotted: its min–max; dash-dotted: chance. Where an objective's line clears the "
         "baseline's band it beats random weights beyond the seeds' spread; a task at chance for every model says "
         "nothing.",
+        "",
     ]
 
 
