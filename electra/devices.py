@@ -27,7 +27,7 @@ CPU_BF16_MIN_HIDDEN = 256
 """`auto` picks bf16 on a CPU with native bf16 only for a discriminator at least this wide. Measured (one thread;
 docs/benchmarks.md): ELECTRA-Small (hidden 256) steps 1.9-2.0x faster in bf16 on an AMX Xeon and 2.4-2.6x on an
 AVX512-BF16 AMD EPYC (Zen 5); `tiny` (hidden 64) 0.74-1.10x on the Xeon (its matmuls are too small for the tiles
-to outweigh autocast's casts) and the `cpu` preset 1.12-1.16x on the EPYC: not a gain to change a measured
+to outweigh autocast's casts) and the `cpu` preset 1.13-1.46x on the EPYC: not a gain to change a measured
 recipe's numerics for (`--precision bf16` takes it)."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """Linux /proc/cpuinfo flags of native bf16 arithmetic, in the order reported: AMX tiles, AVX-512 dot products."""

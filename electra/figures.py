@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed (CI, servers)
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import LogFormatterSciNotation, LogLocator  # noqa: E402
 
 DPI = 110
 PANEL_SIZE = (4.2, 3.0)  # inches: readable without zooming at DPI
@@ -58,8 +59,6 @@ def _draw_panel(ax, panel: dict) -> list:
     if panel.get("xscale"):
         ax.set_xscale(panel["xscale"])
     if panel.get("xscale") == "log":  # minor labels at 2x and 5x only: all of them overlap within a decade
-        from matplotlib.ticker import LogFormatterSciNotation, LogLocator
-
         ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
         ax.xaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(2, 2)))
     if panel.get("xticks"):

@@ -115,12 +115,8 @@ def baseline_for(e: Entry, entries: list[Entry]) -> Entry | None:
     built from the same corpus (another study at another budget on the same prepared data), else the first."""
     baselines = [b for b in entries if b.baseline and b.glue]
     same_study = [b for b in baselines if e.study is not None and b.study == e.study]
-    same_data = [b for b in baselines if _data(b) is not None and _data(b) == _data(e)]
+    same_data = [b for b in baselines if b.corpus is not None and b.corpus == e.corpus]
     return next(iter(same_study + same_data + baselines), None)
-
-
-def _data(e: Entry) -> str | None:
-    return e.corpus or (None if e.pretrain is None else e.pretrain.cfg.data.path)
 
 
 def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:

@@ -293,7 +293,8 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
             run = read_pretrain_run(p)
-            entries.append(Entry(p.name, run, read_glue(glue) if glue else None, glue, baseline=run.steps == 0))
+            entries.append(Entry(p.name, run, read_glue(glue) if glue else None, glue, baseline=run.steps == 0,
+                                 corpus=run.cfg.data.path))  # fmt: skip
         elif (p / "results.json").exists():
             model = _sweep_model(p)
             owner = next((e for e in entries if e.pretrain and model and e.pretrain.path.resolve() == model), None)
@@ -301,7 +302,8 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                 owner.glue, owner.glue_path = read_glue(p), p
                 continue
             run = read_pretrain_run(model) if model is not None and (model / "config.yaml").exists() else None
-            entries.append(Entry(p.name, run, read_glue(p), p, baseline=run is not None and run.steps == 0))
+            entries.append(Entry(p.name, run, read_glue(p), p, baseline=run is not None and run.steps == 0,
+                                 corpus=None if run is None else run.cfg.data.path))  # fmt: skip
         else:
             raise ReportError(
                 f"{p}: not a study (study.json), a pretraining run (config.yaml) or a GLUE folder (results.json)"

@@ -1,16 +1,17 @@
 """What `electra study` will do, printed before it starts (it asks nothing): each setting with its steps, its
 training FLOPs (the official ELECTRA accounting, as `electra flops` counts them) and its estimated pretraining
 time, the fine-tuning runs, and an estimated wall time. The estimates come from timed steps on this device, as a
-`seconds=` budget's steps do: a pretraining step of each setting (electra/study.py seconds_per_step), and one
-fine-tuning step of the base model at the recipe's batch and full length (an upper bound: batches are padded only
-to their longest example). With `--parallel N` on a CPU each worker process gets its share of the cores, so the
-steps are timed with that many threads and the runs are spread over the N workers (the wall time is the busiest
-worker's share, not the sum).
+`seconds=` budget's steps do: a pretraining step of each setting (electra/study.py seconds_per_step), and a
+fine-tuning step of the base model at the recipe's batch for each task, at the length its batches will have
+(batches are padded only to their longest example). With `--parallel N` on a CPU each worker process gets its
+share of the cores, so the steps are timed with that many threads and the runs are spread over the N workers (the
+wall time is the busiest worker's share, not the sum).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import statistics
@@ -118,17 +119,24 @@ def finetune_lengths(spec) -> dict[str, int]:
     """Task -> optimizer steps of one run of the study's recipe (electra/glue/finetune.py run_length)."""
     from electra.config import load_finetune_config
     from electra.glue.finetune import run_length
-    from electra.glue.loading import load_task
-    from electra.glue.tasks import resolve_tasks
 
     cfg = load_finetune_config(spec.recipe, spec.finetune_overrides)
-    found, _ = resolve_tasks(spec.tasks.split(","), spec.glue_dir)
     lengths = {}
-    for t in found:
-        n = load_task(t).n_train
+    for t, train in _train_sets(spec.tasks, spec.glue_dir):
+        n = len(train)
         pairs = 2 if cfg.swap_pairs and t.task.unordered else 1  # OFF's double_unordered (MRPC, STS-B)
         lengths[t.task.name] = run_length(n * pairs, t.task, cfg)[1]
     return lengths
+
+
+@functools.lru_cache(maxsize=1)
+def _train_sets(tasks: str, glue_dir: str | None) -> list:
+    """(task spec, training examples) of each task of the study, read once for the plan's two uses."""
+    from electra.glue.loading import load_task
+    from electra.glue.tasks import resolve_tasks
+
+    found, _ = resolve_tasks(tasks.split(","), glue_dir)
+    return [(t, load_task(t).train) for t in found]
 
 
 def padded_lengths(spec, max_positions: int) -> dict[str, int]:
@@ -136,29 +144,19 @@ def padded_lengths(spec, max_positions: int) -> dict[str, int]:
     batches of the recipe's size, from a sample of the task's training examples tokenized as fine-tuning will
     (electra/glue/features.py encode), rounded up to a multiple of 8."""
     import numpy as np
-    from tokenizers import Tokenizer
 
     from electra.config import load_finetune_config
+    from electra.data.corpus import TOKENIZER_FILE
+    from electra.data.synthetic import synthetic_tokenizer_dir
+    from electra.data.tokenizer import load_tokenizer
     from electra.glue.features import encode
-    from electra.glue.loading import load_task
-    from electra.glue.tasks import resolve_tasks
 
-    if spec.data is None:
-        from electra.data.synthetic import synthetic_tokenizer_json
-
-        tokenizer = Tokenizer.from_str(synthetic_tokenizer_json())
-    else:
-        from electra.data.corpus import TOKENIZER_FILE
-        from electra.data.tokenizer import load_tokenizer
-
-        tokenizer = load_tokenizer(Path(spec.data) / TOKENIZER_FILE)
+    tokenizer = load_tokenizer(synthetic_tokenizer_dir() if spec.data is None else Path(spec.data) / TOKENIZER_FILE)
     ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
     batch, max_length = ft.batch_size, min(ft.max_length, max_positions)
-    found, _ = resolve_tasks(spec.tasks.split(","), spec.glue_dir)
     rng = np.random.default_rng(0)
     lengths = {}
-    for t in found:
-        train = load_task(t).train
+    for t, train in _train_sets(spec.tasks, spec.glue_dir):
         sample = [train[i] for i in rng.permutation(len(train))[:LENGTH_SAMPLE]]
         n = np.array([len(x) for x in encode(sample, tokenizer, max_length).input_ids])
         longest = n[rng.integers(0, len(n), size=(256, min(batch, len(n))))].max(axis=1).mean()
