@@ -34,7 +34,7 @@ from electra.config import load_config
 from electra.flops import off_train_flops
 from electra.results import collect, common_tasks, task_mean
 from electra.study import StudySpec, run_study, vocabulary_size
-from electra.verdicts import compare
+from electra.verdicts import CONFIDENCE, compare
 from electra.wording import plural
 
 ELECTRA_STEPS = 2000  # the budget: the FLOPs of this many steps of the ELECTRA setting; MLM gets more, cheaper steps
@@ -124,18 +124,20 @@ NO_HELP = "pretraining did NOT help (no pretraining is better)"
 
 def verdict_lines(study: Path) -> list[str]:
     """What the report allows one to say, in plain words (electra/verdicts.py): whether each pretraining beat no
-    pretraining and whether ELECTRA beat MLM, only where the difference exceeds the seeds' spread on tasks where
-    the model that scores higher is above chance level; with the gate's word where a pretraining run did not learn
+    pretraining and whether ELECTRA beat MLM, only where Welch's t-test finds the difference at the stated
+    confidence, with at least 3 seeds a side, on tasks where the model that scores higher is above chance level,
+    and never for a pretraining the gate rejects; with the gate's word where a pretraining run did not learn
     (never learned, or collapsed)."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
     by_name = {e.name: e for e in entries}
-    lines = [f"\n== verdict (each task's median over seeds, on {', '.join(Path(t).name for t in tasks)})"]
+    lines = [f"\n== verdict at {CONFIDENCE:.0%} confidence (each task's mean over seeds, on "
+             f"{', '.join(Path(t).name for t in tasks)})"]  # fmt: skip
     base = by_name.get("none")
     for e in entries:
         if e is base or base is None:
             continue
-        c = compare(e.name, e.glue, "none", base.glue, tasks)
+        c = compare(e.name, e.glue, "none", base.glue, tasks, e.judge(), base.judge())
         line = f"   {e.name}: " + c.sentence("pretraining helped", NO_HELP)
         verdict = e.judge()
         if verdict.learned is False:  # the gate's own word: a collapse is not a run that never learned
@@ -144,6 +146,6 @@ def verdict_lines(study: Path) -> list[str]:
     electra = [e for e in entries if e.name.startswith("electra") and e.glue]
     if "mlm" in by_name and by_name["mlm"].glue and electra:
         best = max(electra, key=lambda e: task_mean(e.glue, tasks) or -math.inf)
-        c = compare(best.name, best.glue, "mlm", by_name["mlm"].glue, tasks)
+        c = compare(best.name, best.glue, "mlm", by_name["mlm"].glue, tasks, best.judge(), by_name["mlm"].judge())
         lines.append("   at equal FLOPs: " + c.sentence("ELECTRA beats MLM", "ELECTRA does NOT beat MLM"))
     return lines

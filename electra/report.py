@@ -30,7 +30,7 @@ from electra.results import (
     task_mean,
     task_scores,
 )
-from electra.verdicts import compare
+from electra.verdicts import CONFIDENCE, MIN_SEEDS, compare
 
 PAPER_TASKS = AGGREGATES["paper"]
 PAPER_AVERAGE = "8-task GLUE dev score (the ELECTRA paper's: no WNLI, MNLI matched)"
@@ -131,16 +131,17 @@ def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
     matched = [(a, b) for a in electra for b in mlm if a.study == b.study]
     if not tasks or not (pairs or matched):
         return []
-    lines = ["", "**Verdicts** (a difference counts when it exceeds twice the seeds' standard error, on tasks where "
-             "the model that scores higher is above chance level; electra/verdicts.py):", ""]  # fmt: skip
+    lines = ["", f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
+             f"at least {MIN_SEEDS} fine-tuning seeds a side, on tasks where the model that scores higher is above "
+             "chance level; never for a pretraining the gate rejects; electra/verdicts.py):", ""]  # fmt: skip
     beaten = []
     for e, baseline in pairs:
-        c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks)
+        c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks, e.judge(), baseline.judge())
         lines.append(f"- {c.sentence('pretraining helped', 'pretraining did NOT help')}.")
         if c.b_better:
             beaten.append(e.name)
     for a, b in matched:
-        c = compare(a.name, a.glue, b.name, b.glue, tasks)
+        c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
         lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
     if beaten:
         lines += ["", f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "

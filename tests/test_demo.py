@@ -35,14 +35,15 @@ def test_the_demo_runs_the_study_and_ends_with_the_report_folder(tmp_path, capsy
 
 def test_the_verdict_follows_the_seeds(tmp_path):
     one = verdict_lines(fake_study(tmp_path / "one", {"electra": [80.0], "mlm": [60.0], "none": [50.0]}))
-    assert one[1] == "   electra: electra +30.0 points vs none on rte: nothing can be concluded (one " \
-        "fine-tuning seed: the spread over seeds is unknown)"  # fmt: skip
+    assert one[1] == "   electra: electra +30.0 points vs none on rte (mean over 1 seed): nothing can be concluded " \
+        "at 95% confidence (1 fine-tuning seed a side: the test needs at least 3)"  # fmt: skip
     assert one[-1].startswith("   at equal FLOPs: electra +20.0 points vs mlm") and "nothing can be" in one[-1]
     three = {"electra": [80.0, 81.0, 82.0], "mlm": [60.0, 61.0, 62.0], "none": [70.0, 70.5, 71.0]}
     three = verdict_lines(fake_study(tmp_path / "three", three))
-    assert three[1].startswith("   electra: pretraining helped: electra +10.5 points vs none on rte")
-    assert three[2].startswith("   mlm: pretraining did NOT help (no pretraining is better): mlm -9.5 points")
-    assert three[-1].startswith("   at equal FLOPs: ELECTRA beats MLM: electra +20.0 points vs mlm")
+    assert three[0] == "\n== verdict at 95% confidence (each task's mean over seeds, on rte)"
+    assert three[1].startswith("   electra: pretraining helped (95% confidence): electra +10.5 points vs none on rte")
+    assert three[2].startswith("   mlm: pretraining did NOT help (no pretraining is better) (95% confidence): mlm -9.5")
+    assert three[-1].startswith("   at equal FLOPs: ELECTRA beats MLM (95% confidence): electra +20.0 points vs mlm")
 
 
 def test_a_collapsed_pretraining_is_called_collapsed_not_never_learned(tmp_path):

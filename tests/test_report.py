@@ -17,15 +17,36 @@ from electra.results import gate, read_pretrain_run
 from electra.study import StudySpec, run_study
 from tests.helpers import fake_pretrain_run, fake_study, glue_results
 
+LEARNED = [{"step": 10, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": 0.8}]
+"""A held-out evaluation the learning gate passes (for ELECTRA and MLM alike)."""
+
 
 def test_the_report_says_what_the_seeds_allow_and_comments_on_a_better_baseline(tmp_path):
     scores = {"electra": [60.0, 61.0, 62.0], "mlm": [70.0, 70.5, 71.0], "none": [75.0, 75.5, 76.0]}
     report = (write_report([fake_study(tmp_path / "s", scores)]) / "report.md").read_text()
-    assert "- pretraining did NOT help: electra -14.5 points vs none on rte, seeds' spread" in report
+    assert (
+        "- pretraining did NOT help (95% confidence): electra -14.5 points vs none on rte (mean over 3 seeds; "
+        in report
+    )
+    assert "**Verdicts** at 95% confidence (Welch's t-test on the difference of seed means, at least 3" in report
     assert "**The no-pretraining baseline beats electra, mlm.**" in report
     one = (write_report([fake_study(tmp_path / "one", {"electra": [90.0], "none": [50.0]})]) / "report.md").read_text()
-    assert "- electra +40.0 points vs none on rte: nothing can be concluded (one fine-tuning seed" in one
+    assert "- electra +40.0 points vs none on rte (mean over 1 seed): nothing can be concluded at 95% confidence " \
+        "(1 fine-tuning seed a side: the test needs at least 3)." in one  # fmt: skip
     assert "baseline beats" not in one
+
+
+def test_the_report_never_says_helped_of_a_pretraining_the_gate_rejects(tmp_path):
+    """The shipped real-text report said "pretraining helped" of a model its own gate column called NEVER LEARNED:
+    a higher score, however clear, from a pretraining that did not learn is not that pretraining's doing."""
+    study = fake_study(tmp_path / "s", {"electra": [80.0, 81.0, 82.0], "none": [60.0, 61.0, 62.0]})
+    never = [{**LEARNED[0], "eval_disc_auc": 0.597}]
+    fake_pretrain_run(study / "runs" / "electra" / "pretrain", 10, never)
+    text = (write_report([study]) / "report.md").read_text()
+    assert "helped" not in text.split("**Verdicts**")[1].split("**Never left")[0]
+    assert "- electra +20.0 points vs none on rte (mean over 3 seeds; 95% interval ±2.3, Welch's t 24.49, df 4.0, " \
+        "p < 0.001): nothing can be concluded at 95% confidence (electra's pretraining never learned (the learning " \
+        "gate): its higher score is not that pretraining's doing)." in text  # fmt: skip
 
 
 def test_studies_at_several_budgets_in_one_report_keep_their_settings_apart(tmp_path):
@@ -36,8 +57,8 @@ def test_studies_at_several_budgets_in_one_report_keep_their_settings_apart(tmp_
     assert sorted(settings) == ["none", "study-30m/electra", "study-3m/electra"]  # a unique name stays as it was
     assert settings["study-30m/electra"]["tasks"]["rte"]["metrics"]["accuracy"]["median"] == 81.0
     text = (report / "report.md").read_text()
-    assert "- pretraining helped: study-30m/electra +10.5 points vs none on rte" in text
-    assert "- pretraining did NOT help: study-3m/electra -9.5 points vs none on rte" in text
+    assert "- pretraining helped (95% confidence): study-30m/electra +10.5 points vs none on rte" in text
+    assert "- pretraining did NOT help (95% confidence): study-3m/electra -9.5 points vs none on rte" in text
 
 
 # -- a real study on the built-in language: the four tables and the two figures --------------------------------
@@ -327,7 +348,7 @@ def test_several_studies_measure_each_model_against_its_own_baseline_and_electra
         root = fake_study(tmp_path / name, scores, data=data, kinds=dict.fromkeys(mlm, "mlm"))
         for setting in set(scores) - {"none"}:  # a study's none has no run to read
             kind = ["objective.kind=mlm"] if setting in mlm else []
-            fake_pretrain_run(root / "runs" / setting / "pretrain", 10, overrides=[f"data.path={data}", *kind])
+            fake_pretrain_run(root / "runs" / setting / "pretrain", 10, LEARNED, [f"data.path={data}", *kind])
         return root
 
     demo = study("demo", {"electra": [60.0, 60.5, 61.0], "none": [70.0, 70.5, 71.0]}, "demo/data")
@@ -335,11 +356,12 @@ def test_several_studies_measure_each_model_against_its_own_baseline_and_electra
     thirty = study("study-30m", {"none": [50.0, 50.5, 51.0]}, "wiki")
     text = (write_report([demo, ten, thirty], tmp_path / "report") / "report.md").read_text()
     verdicts = [line for line in text.splitlines() if line.startswith("- ")]
-    assert "- pretraining did NOT help: demo/electra -10.0 points vs demo/none on rte" in text
-    assert "- pretraining helped: study-10m/electra +30.0 points vs study-30m/none on rte" in text
-    assert "- pretraining helped: mlm +40.0 points vs study-30m/none on rte" in text  # a unique name stays
+    assert "- pretraining did NOT help (95% confidence): demo/electra -10.0 points vs demo/none on rte" in text
+    assert "- pretraining helped (95% confidence): study-10m/electra +30.0 points vs study-30m/none on rte" in text
+    assert "- pretraining helped (95% confidence): mlm +40.0 points vs study-30m/none on rte" in text  # unique name
     assert [v for v in verdicts if "MLM" in v] == [
-        "- ELECTRA does NOT beat MLM: study-10m/electra -10.0 points vs mlm on rte, seeds' spread ±0.8."
+        "- ELECTRA does NOT beat MLM (95% confidence): study-10m/electra -10.0 points vs mlm on rte (mean over 3 "
+        "seeds; 95% interval ±1.1, Welch's t -24.49, df 4.0, p < 0.001)."
     ]  # fmt: skip
 
 
