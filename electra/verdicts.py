@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from scipy import stats
 
 from electra.results import Gate, task_stats
+from electra.wording import plural
 
 CONFIDENCE = 0.95
 """The level every verdict is stated at: a difference counts when Welch's two-sided p-value is below 1 - this."""
@@ -71,23 +72,24 @@ class Comparison:
         return self.concluded and self.delta is not None and self.delta < 0
 
     def numbers(self) -> str:
+        """The difference and its test, e.g. "a +3.4 points vs b on sst2 (mean over 3 seeds; 95% interval ±1.1,
+        Welch's t 8.90, df 3.9, p < 0.001; rte left out: at chance level)"."""
         if self.delta is None:
-            return ""
-        said = f"{self.a} {self.delta:+.1f} points vs {self.b} on {', '.join(self.tasks)} (mean over {self.seeds}"
-        said += " seeds" if self.seeds != 1 else " seed"
+            return f"{self.a} vs {self.b}"
+        said = [f"mean over {plural(self.seeds, 'seed')}"]
         if self.p is not None:
-            said += (f"; {CONFIDENCE:.0%} interval ±{self.margin:.1f}, Welch's t {self.t:.2f}, df {self.df:.1f}, "
-                     f"{format_p(self.p)}")  # fmt: skip
-        return said + ")"
+            said.append(f"{CONFIDENCE:.0%} interval ±{self.margin:.1f}, Welch's t {self.t:.2f}, df {self.df:.1f}, "
+                        f"{format_p(self.p)}")  # fmt: skip
+        if self.at_chance:
+            said.append(f"{', '.join(self.at_chance)} left out: at chance level")
+        return f"{self.a} {self.delta:+.1f} points vs {self.b} on {', '.join(self.tasks)} ({'; '.join(said)})"
 
     def sentence(self, a_wins: str, b_wins: str) -> str:
         """`a_wins` / `b_wins` at CONFIDENCE when the statistics allow it, else that nothing can be concluded, and
         why."""
-        left_out = f" ({', '.join(self.at_chance)} left out: at chance level)" if self.at_chance and self.tasks else ""
         if not self.concluded:
-            numbers = f"{self.numbers()}{left_out}" if self.delta is not None else f"{self.a} vs {self.b}"
-            return f"{numbers}: nothing can be concluded at {CONFIDENCE:.0%} confidence ({self.reason})"
-        return f"{a_wins if self.delta > 0 else b_wins} ({CONFIDENCE:.0%} confidence): {self.numbers()}{left_out}"
+            return f"{self.numbers()}: nothing can be concluded at {CONFIDENCE:.0%} confidence ({self.reason})"
+        return f"{a_wins if self.delta > 0 else b_wins} ({CONFIDENCE:.0%} confidence): {self.numbers()}"
 
 
 def format_p(p: float) -> str:
@@ -150,8 +152,7 @@ def compare(a: str, results_a: dict | None, b: str, results_b: dict | None, task
     out.delta = sum(x["mean"] - y["mean"] for x, y in pairs) / len(pairs)
     reasons = []
     if out.seeds < MIN_SEEDS:
-        reasons.append(f"{out.seeds} fine-tuning seed{'s' if out.seeds != 1 else ''} a side: the test needs at least "
-                       f"{MIN_SEEDS}")  # fmt: skip
+        reasons.append(f"{plural(out.seeds, 'fine-tuning seed')} a side: the test needs at least {MIN_SEEDS}")
     else:
         out.delta, se, out.t, out.df = welch(pairs)
         if se == 0:
