@@ -8,7 +8,7 @@ A pretraining step is what the training loop does: masking + forward + backward 
 Timing is synchronised per step (the device is idle at both ends), after untimed warm-up steps; we quote the
 median. The peak is measured, not looked up: a large square matmul in the same dtype on the same device, run
 between the timed steps so that both see the same machine (shared machines drift). FLOPs are the analytic
-matmul counts of `electra.flops` (formula in its docstring). `--impl hf` builds the step the popular PyTorch
+matmul counts of `electra.modeling.flops` (formula in its docstring). `--impl hf` builds the step the popular PyTorch
 reproductions use: transformers' ElectraForMaskedLM + ElectraForPreTraining sharing one embedding block, with
 full-vocabulary generator logits at every position; `--impl both` alternates the two step by step.
 """
@@ -29,15 +29,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from electra.config import FinetuneConfig, PretrainConfig, load_config, num_mask_slots
-from electra.devices import enable_tf32
-from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.heads import GlueModel
 from electra.glue.optim import build_optimizer as glue_optimizer
-from electra.masking import mask_tokens
-from electra.memory import estimate_peak_bytes, keep_freed_memory_in_heap
-from electra.model import ElectraModel, build_model
-from electra.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
-from electra.step import train_step
+from electra.modeling.electra import ElectraModel, build_model
+from electra.modeling.flops import finetune_step_flops, pretrain_step_flops
+from electra.modeling.masking import mask_tokens
+from electra.training.loop import keep_freed_memory_in_heap
+from electra.training.memory import estimate_peak_bytes
+from electra.training.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
+from electra.training.precision import enable_tf32
+from electra.training.step import train_step
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # the ids of tokenizers we train (electra.data.tokenizer)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -72,7 +73,7 @@ def hf_models(cfg: PretrainConfig) -> tuple[nn.Module, nn.Module]:
     """transformers' generator and discriminator sharing the embedding block, generator output tied to it."""
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
-    from electra.hf_compat import hf_config
+    from electra.modeling.convert_hf import hf_config
 
     disc = ElectraForPreTraining(ElectraConfig(**hf_config(cfg.model, "discriminator")))
     gen = ElectraForMaskedLM(ElectraConfig(**hf_config(cfg.model, "generator")))
@@ -125,10 +126,10 @@ def make_pretrain_step(
     micro_batch: int | None = None,
 ) -> Callable[[int], Tensor]:
     """A function doing one full training step on a fixed synthetic batch (masking varies with the step); returns
-    the step's loss. `ours` is `electra.step.train_step`, the step the training loop runs, over micro-batches of
+    the step's loss. `ours` is `train_step` (electra.training.step), the loop's step, over micro-batches of
     `micro_batch` sequences (default: the whole batch). Step i runs at the schedule's learning rate for step i, as
     in the loop (so `bench check` compares warm-up steps, not full-rate steps from random weights). fp32 matmuls
-    run in TF32 on Ampere and later, as in `electra pretrain` (electra/devices.py `enable_tf32`)."""
+    run in TF32 on Ampere and later, as in `electra pretrain` (electra/training/precision.py `enable_tf32`)."""
     enable_tf32(device)
     torch.manual_seed(cfg.train.seed)
     input_ids, attention_mask, token_type_ids = synthetic_batch(
@@ -295,7 +296,7 @@ class BenchSettings:
     compile: bool = False
     compile_mode: str | None = None
     malloc_tuning: bool = True
-    """On CPU, keep freed memory in the heap (see electra.memory.keep_freed_memory_in_heap)."""
+    """On CPU, keep freed memory in the heap (see electra.training.loop.keep_freed_memory_in_heap)."""
     malloc_tuned: bool = False
     """Whether that setting took effect (filled in by the benchmark)."""
 
@@ -336,7 +337,7 @@ def bench_pretrain(s: BenchSettings, impl: str = "ours") -> dict:
     out.update(preset=s.preset, batch_size=B, seq_len=T, steps=s.steps, warmup=warmup, probe_size=probe.size)
     out.update(**peak_memory(device), **environment(s, device, s.dtype, s.compile))
     out["memory_estimate_gb"] = estimate_peak_bytes(cfg, B, s.dtype, device.type) / 2**30  # --max-memory-gb's
-    out["flops_formula"] = "3 x forward matmuls (electra.flops.pretrain_step_flops)"
+    out["flops_formula"] = "3 x forward matmuls (electra.modeling.flops.pretrain_step_flops)"
     return out
 
 
@@ -382,7 +383,7 @@ def bench_finetune(s: BenchSettings, num_labels: int = 2, head: str = "cls-linea
     out["eval_sequences_per_s"] = evaluation["sequences_per_s"]
     out.update(preset=s.preset, batch_size=B, seq_len=T, steps=s.steps, warmup=warmup, probe_size=probe.size)
     out.update(**peak_memory(device), **environment(s, device, dtype, s.compile))
-    out["flops_formula"] = "train 3 x, eval 1 x forward matmuls (electra.flops.finetune_step_flops)"
+    out["flops_formula"] = "train 3 x, eval 1 x forward matmuls (electra.modeling.flops.finetune_step_flops)"
     return out
 
 

@@ -138,8 +138,8 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from electra.config import load_config
-    from electra.pretraining import pretrain
-    from electra.step import NonFiniteError
+    from electra.training.loop import pretrain
+    from electra.training.step import NonFiniteError
 
     flags = [f"{key}={getattr(args, flag)}" for flag, key in PRETRAIN_FLAGS.items() if getattr(args, flag) is not None]
     cfg = load_config(args.config, flags + args.set)
@@ -277,7 +277,7 @@ def _run_glue(args: argparse.Namespace) -> int:
 
 
 def _add_study(p: argparse.ArgumentParser) -> None:
-    from electra.study import StudySpec
+    from electra.study.run import StudySpec
 
     d = StudySpec(out="")
     p.add_argument("--out", required=True, help="the study folder; rerunning with the same folder resumes")
@@ -307,7 +307,7 @@ def _add_study(p: argparse.ArgumentParser) -> None:
 
 
 def _run_study(args: argparse.Namespace) -> int:
-    from electra.study import StudySpec, StudyStopped, run_study
+    from electra.study.run import StudySpec, StudyStopped, run_study
 
     spec = StudySpec(
         out=args.out, base=args.base, overrides=args.set, vary=args.vary, settings=args.setting, budget=args.budget,
@@ -337,7 +337,7 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from electra.report import write_report
+    from electra.report.write import write_report
 
     out = write_report(args.paths, args.out)
     print(f"report: {out / 'report.md'}")
@@ -354,7 +354,7 @@ def _add_export_hf(p: argparse.ArgumentParser) -> None:
 
 
 def _run_export_hf(args: argparse.Namespace) -> int:
-    from electra.checkpoint import export_run_to_hf
+    from electra.training.checkpoint import export_run_to_hf
 
     out = export_run_to_hf(args.run, args.out)
     print(f"wrote {out / 'discriminator'} and {out / 'generator'} (from {args.run})")
@@ -370,7 +370,7 @@ def _add_import_hf(p: argparse.ArgumentParser) -> None:
 
 
 def _run_import_hf(args: argparse.Namespace) -> int:
-    from electra.checkpoint import import_run_from_hf
+    from electra.training.checkpoint import import_run_from_hf
 
     ckpt = import_run_from_hf(args.discriminator, args.generator, args.out)
     tokenizer = (ckpt.parent.parent / "tokenizer").exists()
@@ -382,7 +382,7 @@ def _run_import_hf(args: argparse.Namespace) -> int:
 
 
 def _add_flops(p: argparse.ArgumentParser) -> None:
-    from electra.flops import DEVICE_PEAK_TFLOPS
+    from electra.modeling.flops import DEVICE_PEAK_TFLOPS
 
     p.add_argument("--preset", default="small", help="preset name or YAML file (default: small)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override; repeatable")
@@ -402,7 +402,7 @@ def _add_flops(p: argparse.ArgumentParser) -> None:
 
 def _run_flops(args: argparse.Namespace) -> int:
     from electra.config import load_config
-    from electra.flops import DEVICE_PEAK_TFLOPS, flops_report
+    from electra.modeling.flops import DEVICE_PEAK_TFLOPS, flops_report
 
     overrides = list(args.set)
     if args.batch_size is not None:
@@ -503,8 +503,8 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from electra.demo import demo
-    from electra.study import StudyStopped
+    from electra.study.demo import demo
+    from electra.study.run import StudyStopped
 
     try:
         demo(

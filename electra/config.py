@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from electra.errors import InputError
+from electra.utils.errors import InputError
 
 PRESET_DIR = Path(__file__).parent / "configs"
 
@@ -177,7 +177,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "auto"
     """auto: bf16 on CUDA compute capability >= 8.0, fp16 with the loss scaler on 7.x; on CPU bf16 only with AMX-BF16
-    and a model wide enough to gain, else fp32 (electra/devices.py). The choice and its reason: RUN/run.json."""
+    and a model wide enough to gain, else fp32 (electra.training.precision). The choice and its reason: RUN/run.json."""
     compile: bool | None = None
     """torch.compile the step; None: on with CUDA, off on CPU (measured slower there)."""
     seed: int = 0
@@ -544,7 +544,7 @@ class FinetuneConfig:
     """Unordered-pair tasks (MRPC, STS-B): also train on every pair with its sentences swapped (OFF
     double_unordered, google-research/electra#98)."""
     precision: Literal["fp32", "bf16", "auto"] = "fp32"
-    """fp32 (OFF); bf16 autocast; auto: as pretraining's (electra/devices.py), fp32 where that would be fp16."""
+    """fp32 (OFF); bf16 autocast; auto: as pretraining's (electra.training.precision), fp32 where that would be fp16."""
     max_steps: int | None = None
     """Cap on optimizer steps per run (smoke runs); the schedule is fit to the capped length."""
     eval_every_epoch: bool = False

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from electra.config import DataConfig
-from electra.data import open_pretraining_data
 from electra.data.prepare import prepare
+from electra.data.pretraining_data import open_pretraining_data
 from electra.data.synthetic import synthetic_corpus
 from electra.data.tokenizer import load_tokenizer, train_tokenizer
 

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from transformers import ElectraConfig, ElectraForMaskedLM
 
 from electra.config import load_config
-from electra.data import open_pretraining_data
-from electra.monitor import token_log_frequencies
+from electra.data.pretraining_data import open_pretraining_data
+from electra.training.evaluation import token_log_frequencies
 
 
 def bert_masking(ids: torch.Tensor, special: torch.Tensor, vocab_size: int, mask_id: int,

@@ -16,7 +16,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from tokenizers import Tokenizer
 
-from electra.checkpoint import load_discriminator
+from electra.training.checkpoint import load_discriminator
 
 torch.set_num_threads(1)
 GLUE = Path(sys.argv[1])

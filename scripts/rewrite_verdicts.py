@@ -1,5 +1,5 @@
 """Rewrite the verdict lines of a committed report.md whose run folders are gone, from its committed numbers:
-results.json's per-model GLUE summaries and the gate column of its Summary table, with electra/verdicts.py's
+results.json's per-model GLUE summaries and the gate column of its Summary table, with electra/report/verdicts.py's
 compare(). The models compared (each with its baseline, ELECTRA with MLM) are read from the old verdict lines.
 
     python scripts/rewrite_verdicts.py docs/results/wiki-cpu
@@ -12,8 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-from electra.results import Gate
-from electra.verdicts import CONFIDENCE, MIN_SEEDS, compare
+from electra.report.results import Gate
+from electra.report.verdicts import CONFIDENCE, MIN_SEEDS, compare
 
 folder = Path(sys.argv[1])
 text = (folder / "report.md").read_text()
@@ -38,7 +38,7 @@ for line in lines:
         line = (
             f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, at "
             f"least {MIN_SEEDS} fine-tuning seeds a side, on tasks where the model that scores higher is above "
-            "chance level; never for a pretraining the gate rejects; electra/verdicts.py):"
+            "chance level; never for a pretraining the gate rejects; electra/report/verdicts.py):"
         )
     m = pair.match(line)
     if m:

@@ -154,9 +154,9 @@ def make_run(run: Path, seed: int = 0, **sizes) -> Path:
     """A pretraining run folder as `electra pretrain` leaves it: a step-0 checkpoint and run/tokenizer/."""
     import torch
 
-    from electra.checkpoint import checkpoint_dir, save_config, save_model_checkpoint
     from electra.config import PretrainConfig
-    from electra.model import ElectraForPretraining
+    from electra.modeling.electra import ElectraForPretraining
+    from electra.training.checkpoint import checkpoint_dir, save_config, save_model_checkpoint
 
     torch.manual_seed(seed)
     cfg = PretrainConfig(model=glue_model_config(**sizes))

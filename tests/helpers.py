@@ -18,13 +18,20 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from electra.checkpoint import list_checkpoints
 from electra.cli import main as cli_main  # noqa: F401 - `electra ARGS` in this process: the exit code (output: capsys)
 from electra.config import ModelConfig, ObjectiveConfig, num_mask_slots
-from electra.data import TokenizerInfo
-from electra.faults import ENV as FAILPOINT_ENV
-from electra.masking import mask_tokens
-from electra.model import ElectraForPretraining
+from electra.data.synthetic import CORPUS_SEED, decode, synthetic_documents
+from electra.data.tokenizer import TokenizerInfo
+from electra.modeling.electra import ElectraForPretraining
+from electra.modeling.masking import mask_tokens
+from electra.training.checkpoint import COMPLETE_MARKER, VERIFIED_BY, list_checkpoints
+from electra.utils.faults import ENV as FAILPOINT_ENV
+from electra.utils.files import (
+    CHECKSUMS_FILE,
+    checksums_text,
+    sha256_file,
+    write_atomic,
+)
 
 # -- where things are ------------------------------------------------------------------------------------------
 
@@ -176,7 +183,7 @@ def assert_same_state(a: Path, b: Path) -> int:
     return compared
 
 
-# -- dying at a chosen moment (electra.faults) ------------------------------------------------------------------
+# -- dying at a chosen moment (electra.utils.faults) ------------------------------------------------------------------
 
 KILLED = -signal.SIGKILL
 """The exit code of a child that a failpoint killed."""
@@ -208,8 +215,8 @@ def prepared_synthetic_corpus(root: Path, num_documents: int, vocab_size: int) -
     """ROOT/data: `num_documents` of the built-in language written as ROOT/corpus.txt, a byte-level BPE of
     `vocab_size` trained on it (ROOT/tok), and the corpus prepared with it, as `electra data prepare` does."""
     from electra.data.prepare import prepare
-    from electra.data.synthetic import write_synthetic_text
     from electra.data.tokenizer import train_tokenizer
+    from tests.helpers import write_synthetic_text
 
     text = write_synthetic_text(root / "corpus.txt", num_documents=num_documents)
     tok = train_tokenizer("bpe", vocab_size, [str(text)], root / "tok", show_progress=False).parent
@@ -225,7 +232,7 @@ def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = ()
     """results.json of a sweep whose seeds scored `scores[task]` (on `metric`; None: each task's metric as the
     paper reports it), `at_chance` tasks flagged, as electra/glue/report.py summarizes them."""
     from electra.glue.report import summarize
-    from electra.results import TASK_METRIC
+    from electra.report.results import TASK_METRIC
 
     records = []
     for task, values in scores.items():
@@ -259,8 +266,8 @@ def fake_study(root: Path, scores: dict[str, list[float] | dict[str, list[float]
 def fake_pretrain_run(run: Path, steps: int, evals: list[dict] = (), overrides: list[str] = ()) -> Path:
     """A pretraining run folder as the report reads it: config.yaml (the tiny preset), run.json at `steps` and
     metrics.jsonl holding the held-out evaluations `evals`; no checkpoint."""
-    from electra.checkpoint import save_config
     from electra.config import load_config
+    from electra.training.checkpoint import save_config
 
     run.mkdir(parents=True, exist_ok=True)
     save_config(load_config("tiny", list(overrides)), run / "config.yaml")
@@ -277,3 +284,20 @@ def without_seconds(results):
     if isinstance(results, list):
         return [without_seconds(v) for v in results]
     return results
+
+
+def reseal_checkpoint(ckpt: Path) -> None:
+    """Record the files `ckpt` holds now as its good state (after a deliberate edit, e.g. weight surgery or a test
+    that plants a NaN): SHA256SUMS is rewritten over every file but COMPLETE."""
+    ckpt = Path(ckpt)
+    names = sorted(p.name for p in ckpt.iterdir() if p.is_file() and p.name not in (CHECKSUMS_FILE, COMPLETE_MARKER))
+    write_atomic(ckpt / CHECKSUMS_FILE, checksums_text({n: sha256_file(ckpt / n) for n in names}))
+    write_atomic(ckpt / COMPLETE_MARKER, VERIFIED_BY)
+
+
+def write_synthetic_text(path: str | Path, seed: int = CORPUS_SEED, num_documents: int = 100) -> Path:
+    """The corpus as a .txt file (one sentence per line, a blank line between documents), for the real pipeline."""
+    path = Path(path)
+    docs = synthetic_documents(seed, num_documents)
+    path.write_text("\n\n".join("\n".join(decode(line) for line in doc) for doc in docs) + "\n")
+    return path

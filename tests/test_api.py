@@ -28,11 +28,11 @@ def test_the_names_are_the_functions_the_commands_call():
     assert electra.__all__ == ["train_tokenizer", "prepare", "load_config", "pretrain", "load_finetune_config",
                                "SweepSpec", "run_sweep", "write_report", "StudySpec", "run_study", "export_run_to_hf",
                                "import_run_from_hf", "from_hf", "to_hf"]  # fmt: skip
-    import electra.pretraining  # noqa: F401 - the module beside the function: importing it must not shadow it
+    import electra.training.loop  # noqa: F401 - the module beside the function: importing it must not shadow it
 
     for name, module in electra.API.items():
         assert getattr(electra, name) is getattr(importlib.import_module(module), name), name
-    assert callable(electra.pretrain) and electra.pretrain.__module__ == "electra.pretraining"
+    assert callable(electra.pretrain) and electra.pretrain.__module__ == "electra.training.loop"
     with pytest.raises(AttributeError, match="no attribute 'pretrian'"):
         electra.pretrian  # noqa: B018
 

@@ -1,4 +1,4 @@
-"""`electra bench`: the reported numbers are consistent with each other and with electra.flops, and the HF
+"""`electra bench`: the reported numbers are consistent with each other and with electra.modeling.flops, and the HF
 baseline is the same model (parameters, tying) doing the FLOPs the formula says (full-vocabulary head)."""
 
 import json
@@ -10,9 +10,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from electra import bench
 from electra.config import load_config
-from electra.flops import finetune_step_flops, pretrain_step_flops
 from electra.glue.heads import GlueModel
-from electra.model import ElectraForPretraining, ElectraModel
+from electra.modeling.electra import ElectraForPretraining, ElectraModel
+from electra.modeling.flops import finetune_step_flops, pretrain_step_flops
 from tests.helpers import cli_main, run_python
 
 TINY = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "2", "--warmup", "1", "--device", "cpu"]
@@ -163,8 +163,8 @@ class SyntheticExamples:
 def test_the_bench_step_calls_the_model_as_the_loop_does(tmp_path, monkeypatch):
     """Without padding, the loop passes no attention mask (SDPA's flash kernel takes none); the bench's and the
     study's synthetic batches (no padding) must not pass one either, or they time another kernel than the run's."""
-    from electra.data import PretrainingData
-    from electra.pretraining import pretrain
+    from electra.data.pretraining_data import PretrainingData
+    from electra.training.loop import pretrain
     from tests.helpers import token_info
 
     masks = []

@@ -7,7 +7,7 @@ import pytest
 
 from electra.cli import COMMANDS, main
 from electra.config import ConfigError, load_config
-from electra.wording import budget, plural
+from electra.utils.wording import budget, plural
 
 # the least each command needs to parse
 REQUIRED = {
@@ -61,7 +61,7 @@ def test_counts_and_budgets_read_as_people_write_them(tmp_path):
     import json
 
     from electra.glue.report import chance_lines
-    from electra.report import write_report
+    from electra.report.write import write_report
     from tests.helpers import fake_study
 
     assert [plural(1, "seed"), plural(3, "seed"), plural(1200, "step")] == ["1 seed", "3 seeds", "1,200 steps"]

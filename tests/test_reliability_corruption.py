@@ -15,21 +15,21 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-import electra.checkpoint as checkpoint_module
 import electra.data.corpus as corpus_module
-from electra.checkpoint import (
+import electra.training.checkpoint as checkpoint_module
+from electra.config import load_config
+from electra.data.corpus import META_FILE, open_corpus
+from electra.report.results import ReportError, read_pretrain_run
+from electra.training.checkpoint import (
     COMPLETE_MARKER,
     CheckpointError,
     list_checkpoints,
     load_model_checkpoint,
     verify_checkpoint,
 )
-from electra.config import load_config
-from electra.data.corpus import META_FILE, open_corpus
-from electra.errors import CorruptFileError, InputError
-from electra.files import CHECKSUMS_FILE
-from electra.pretraining import pretrain
-from electra.results import ReportError, read_pretrain_run
+from electra.training.loop import pretrain
+from electra.utils.errors import CorruptFileError, InputError
+from electra.utils.files import CHECKSUMS_FILE
 from tests.helpers import assert_same_state, cli_main, metric_rows, prepared_synthetic_corpus
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from electra.config import load_config
-from electra.pretraining import pretrain
+from electra.training.loop import pretrain
 from tests.helpers import assert_same_state, final_state, metric_rows, torchrun
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=3", "train.eval_every=3", "train.log_every=1",

@@ -1,7 +1,7 @@
 """A full disk: a checkpoint, a prepared corpus and a GLUE result that do not fit fail with one clear line ("disk
 full while writing FILE; the previous ... is intact"), leave the previous files as they were, and the run
 continues once there is room. On a real small filesystem (a tmpfs the test mounts; skipped where mounting is not
-allowed) and with an injected ENOSPC (electra/faults.py), which runs everywhere."""
+allowed) and with an injected ENOSPC (electra/utils/faults.py), which runs everywhere."""
 
 from __future__ import annotations
 
@@ -14,18 +14,17 @@ from pathlib import Path
 
 import pytest
 
-import electra.faults as faults
-from electra.checkpoint import list_checkpoints, verify_checkpoint
+import electra.utils.faults as faults
 from electra.config import FinetuneConfig, load_config
 from electra.data.corpus import open_corpus
 from electra.data.prepare import prepare
-from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
-from electra.errors import DiskFullError
 from electra.glue.sweep import SweepSpec, run_sweep
-from electra.pretraining import pretrain
+from electra.training.checkpoint import list_checkpoints, verify_checkpoint
+from electra.training.loop import pretrain
+from electra.utils.errors import DiskFullError
 from tests.glue_fixtures import make_run, write_glue
-from tests.helpers import assert_same_state, cli_main, metric_rows, without_seconds
+from tests.helpers import assert_same_state, cli_main, metric_rows, without_seconds, write_synthetic_text
 
 RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",
        "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
@@ -172,7 +171,7 @@ def test_an_atomically_written_file_gets_the_mode_a_plain_write_would_and_keeps_
     import os
     import stat
 
-    from electra.files import write_atomic
+    from electra.utils.files import write_atomic
 
     plain = tmp_path / "plain.txt"
     plain.write_text("x")

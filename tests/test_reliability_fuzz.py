@@ -41,9 +41,9 @@ from electra.config import (
     load_finetune_config,
 )
 from electra.data.sources import read_documents, resolve_inputs
-from electra.errors import InputError
 from electra.glue.loading import Example, read_tsv
 from electra.glue.tasks import METRICS, TASKS, Task, load_custom_task
+from electra.utils.errors import InputError
 
 FAST_EXAMPLES = int(os.environ.get("ELECTRA_FUZZ_EXAMPLES", "300"))
 SLOW_EXAMPLES = int(os.environ.get("ELECTRA_FUZZ_EXAMPLES_SLOW", "5000"))
@@ -537,7 +537,7 @@ def test_out_of_range_values_are_refused_naming_the_key(item, message):
 
 
 def test_a_batch_that_does_not_divide_over_the_processes_is_refused_before_any_work(tmp_path, monkeypatch):
-    import electra.pretraining as pretrain_module
+    import electra.training.loop as pretrain_module
 
     monkeypatch.setattr(pretrain_module, "init_distributed", lambda device: (0, 3, __import__("torch").device("cpu")))
     opened = []

@@ -1,5 +1,5 @@
 """Killed at any moment, nothing is lost or silently wrong: pretraining, `data prepare` and a GLUE sweep are
-SIGKILLed at named moments (electra/faults.py: inside a checkpoint write, inside an evaluation, between the renames
+SIGKILLed at named moments (utils/faults.py: inside a checkpoint write, inside an evaluation, between the renames
 of a prepared folder, while a GLUE result is written) and resumed; what they leave equals an uninterrupted run's,
 bit for bit (metrics.jsonl: every field but the wall-clock tokens_per_s).
 
@@ -21,17 +21,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from electra.checkpoint import list_checkpoints, verify_checkpoint
 from electra.config import FinetuneConfig, load_config
 from electra.data.corpus import open_corpus
 from electra.data.prepare import prepare
-from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
-from electra.faults import ENV
 from electra.glue.sweep import SweepSpec, run_sweep
-from electra.pretraining import pretrain
+from electra.training.checkpoint import list_checkpoints, verify_checkpoint
+from electra.training.loop import pretrain
+from electra.utils.faults import ENV
 from tests.glue_fixtures import make_run, write_glue
-from tests.helpers import KILLED, assert_same_state, die_at, metric_rows, run_cli, start_cli, without_seconds
+from tests.helpers import (
+    KILLED,
+    assert_same_state,
+    die_at,
+    metric_rows,
+    run_cli,
+    start_cli,
+    without_seconds,
+    write_synthetic_text,
+)
 
 # log windows (2) straddle checkpoints (3): a resumed run must restore the open window to log the same lines
 TINY = ["train.batch_size=4", "train.max_steps=12", "train.save_every=3", "train.eval_every=4", "train.log_every=2",
@@ -44,10 +52,10 @@ def test_pretraining_killed_at_each_failpoint_resumes_bit_identical(tmp_path):
     run = tmp_path / "killed"
 
     def kill_inside_evaluation() -> None:  # the child only: die between two held-out batches
-        import electra.monitor as monitor
+        import electra.training.evaluation as evaluation
 
-        calls, real = [], monitor.batch_to_device
-        monitor.batch_to_device = lambda *a: calls.append(1) or (os.kill(os.getpid(), 9) if len(calls) == 2 else
+        calls, real = [], evaluation.batch_to_device
+        evaluation.batch_to_device = lambda *a: calls.append(1) or (os.kill(os.getpid(), 9) if len(calls) == 2 else
                                                                  real(*a))  # fmt: skip
 
     schedule = [  # (failpoint, the child's own patch, the step the run can resume from afterwards)

@@ -1,6 +1,6 @@
 """One writer per folder: a second `electra pretrain` on a run folder, or a second `data prepare` on an output, that
 a live process is writing is refused with one line naming the folder and the holder (pid, host); a holder that
-dies (SIGKILL) leaves nothing stuck. The lock is electra.files.folder_lock (fcntl.flock on `.NAME.lock` beside the
+dies (SIGKILL) leaves nothing stuck. The lock is electra.utils.files.folder_lock (fcntl.flock on `.NAME.lock` beside the
 folder), which `electra study` is to take on its folder too."""
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 
 from electra.config import load_config
-from electra.data.synthetic import write_synthetic_text
 from electra.data.tokenizer import train_tokenizer
-from electra.errors import FolderInUseError
-from electra.files import FolderLock, folder_lock
-from electra.pretraining import pretrain
-from tests.helpers import cli_main
+from electra.training.loop import pretrain
+from electra.utils.errors import FolderInUseError
+from electra.utils.files import FolderLock, folder_lock
+from tests.helpers import cli_main, write_synthetic_text
 
 
 def _lock_file(folder: Path) -> Path:

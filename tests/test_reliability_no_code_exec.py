@@ -15,23 +15,17 @@ import numpy as np
 import pytest
 import torch
 
-from electra.checkpoint import (
-    CheckpointError,
-    list_checkpoints,
-    load_discriminator,
-    load_model_checkpoint,
-    reseal_checkpoint,
-)
 from electra.config import ConfigError, load_config
 from electra.data.corpus import META_FILE, open_corpus
-from electra.errors import CorruptFileError
-from electra.files import sha256_file
 from electra.glue.loading import load_task
 from electra.glue.tasks import resolve_tasks
-from electra.hf_compat import HFConversionError, to_hf
-from electra.pretraining import pretrain
+from electra.modeling.convert_hf import HFConversionError, to_hf
+from electra.training.checkpoint import CheckpointError, list_checkpoints, load_discriminator, load_model_checkpoint
+from electra.training.loop import pretrain
+from electra.utils.errors import CorruptFileError
+from electra.utils.files import sha256_file
 from tests.glue_fixtures import make_run, write_custom_task, write_glue
-from tests.helpers import prepared_synthetic_corpus
+from tests.helpers import prepared_synthetic_corpus, reseal_checkpoint
 
 RUN = ["train.batch_size=4", "train.max_steps=2", "train.save_every=2", "train.eval_every=1000", "train.log_every=1",
        "train.eval_batches=1"]  # fmt: skip

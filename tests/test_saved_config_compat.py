@@ -10,9 +10,9 @@ are created, never on a load: a missing key takes its default.
 import pytest
 import yaml
 
-from electra.checkpoint import CheckpointError, list_checkpoints, load_pretraining_model
 from electra.config import from_dict, load_config, to_dict
-from electra.pretraining import pretrain
+from electra.training.checkpoint import CheckpointError, list_checkpoints, load_pretraining_model
+from electra.training.loop import pretrain
 
 NEW_KEYS = {"objective": ("position_sampling",), "model": ("init",)}
 FAST = ["train.batch_size=8", "train.log_every=2", "train.eval_every=1000", "train.eval_batches=1"]

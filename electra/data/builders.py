@@ -13,10 +13,12 @@ Batch assembly is numpy gathers on the (memory-mapped) token array: no per-token
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
-from electra.data import TokenizerInfo
 from electra.data.corpus import TokenCorpus, split_documents
+from electra.data.tokenizer import TokenizerInfo
 
 # OFF build_pretraining_dataset.py::ExampleBuilder
 SINGLE_SEGMENT_PROB = 0.1  # "small chance to only have one segment as in classification tasks"
@@ -270,3 +272,14 @@ def build_sources(
     train_docs, eval_docs = split_documents(corpus.num_documents, eval_fraction)
     cls = classes[builder]
     return cls(corpus, train_docs, seq_len, seed, tok), cls(corpus, eval_docs, seq_len, seed + 1, tok)
+
+
+class ExampleSource(Protocol):
+    seq_len: int
+
+    def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """(n,) int64 global example ids -> `input_ids`, `attention_mask`, `token_type_ids`, each (n, seq_len) int64.
+
+        A pure function of (the source's seed, the ids): the same id always gives the same example.
+        """
+        ...

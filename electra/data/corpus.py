@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from electra.errors import CorruptFileError, InputError
-from electra.files import sha256_file, verify_digests
+from electra.utils.errors import CorruptFileError, InputError
+from electra.utils.files import sha256_file, verify_digests
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Why: HF `tokenizers` spends most of its time per word (pre-tokenisation regex, BPE merges, one Encoding object
 per sequence). Natural text repeats its words, so on the Wikipedia sample only ~7% of the space-separated chunks
 are new; encoding each distinct chunk once and gathering the rest from a cache with numpy is ~3x faster
-(measured in docs/data.md) and gives exactly the same ids (tests/test_data_encoding.py checks it on real text).
+(measured in docs/data.md) and gives exactly the same ids (tests/data/test_data_encoding.py checks it on real text).
 
 When it is exact: the tokenizer must treat a single ASCII space before a non-space as a hard boundary that the
 text on either side does not see across. That holds for the pre-tokenizers we recognise:

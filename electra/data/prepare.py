@@ -13,7 +13,7 @@ with another tokenizer fails (or, with --overwrite, replaces it); the same input
 Everything is written into a temporary sibling folder that is renamed into place only when complete (the sha256
 of every file recorded in metadata.json, written last), so an interrupted run or a full disk leaves no
 half-written set that looks complete: a kill at any moment leaves the old folder (or none), and rerunning
-completes the new one. One process at a time prepares into a folder (electra.files.folder_lock).
+completes the new one. One process at a time prepares into a folder (electra.utils.files.folder_lock).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from electra.data.sources import (
     source_fingerprint,
     total_size,
 )
-from electra.errors import DiskFullError, InputError, is_disk_full
-from electra.faults import failpoint
-from electra.files import folder_lock
-from electra.wording import plural
+from electra.utils.errors import DiskFullError, InputError, is_disk_full
+from electra.utils.faults import failpoint
+from electra.utils.files import folder_lock
+from electra.utils.wording import plural
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 2 << 20  # text per worker task: large enough to amortise pickling, small enough to pipeline

@@ -40,7 +40,7 @@ from electra.data.sources_text import (
     jsonl_documents,
     txt_documents,
 )
-from electra.errors import InputError
+from electra.utils.errors import InputError
 
 FILE_KINDS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 ROW_KINDS = {"jsonl", "parquet", "arrow", "saved", "hf"}

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from electra.data.sources_text import ReadStats, split_lines
-from electra.errors import InputError
+from electra.utils.errors import InputError
 
 ROWS_PER_BATCH = 1024
 SAVED_DATASET_MARKERS = ("dataset_dict.json", "state.json")

@@ -23,7 +23,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from electra.errors import InputError
+from electra.utils.errors import InputError
 
 CHUNK_BYTES = 8 << 20  # read text in 8 MiB pieces: bounded memory, few Python calls
 DOC_SEPARATORS = ("blank", "file", "line")

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from electra.data import TokenizerInfo
 from electra.data.corpus import TokenCorpus
+from electra.data.tokenizer import TokenizerInfo
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4, as for every tokenizer we train
 NUM_TOPICS = 10
@@ -215,14 +215,6 @@ def synthetic_corpus(seed: int = CORPUS_SEED, num_documents: int = DEFAULT_DOCUM
     tokens = np.fromiter((t for doc in docs for line in doc for t in line), dtype=np.uint16, count=line_offsets[-1])
     tokens.flags.writeable = False  # shared through the cache: nobody may change it
     return TokenCorpus(tokens=tokens, doc_offsets=doc_offsets, line_offsets=line_offsets)
-
-
-def write_synthetic_text(path: str | Path, seed: int = CORPUS_SEED, num_documents: int = 100) -> Path:
-    """The corpus as a .txt file (one sentence per line, a blank line between documents), for the real pipeline."""
-    path = Path(path)
-    docs = synthetic_documents(seed, num_documents)
-    path.write_text("\n\n".join("\n".join(decode(line) for line in doc) for doc in docs) + "\n")
-    return path
 
 
 # -- the tokenizer ----------------------------------------------------------------------------------------------

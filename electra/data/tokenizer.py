@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from electra.data import TokenizerInfo
 from electra.data.sources import ReadOptions, ReadStats, read_documents, resolve_inputs, total_size
 
 log = logging.getLogger(__name__)
@@ -155,3 +155,22 @@ def train_tokenizer(
     log.info("trained %s tokenizer: %d tokens from %d documents (%.1f MB)", kind, tok.get_vocab_size(),
              stats.documents, stats.bytes / 1e6)  # fmt: skip
     return out_dir / "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What the model and the objective need to know about a tokenizer."""
+
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    path: Path | None = None
+    """Folder holding tokenizer.json (or vocab.txt); None for the built-in synthetic vocabulary."""
+
+    @property
+    def special_ids(self) -> list[int]:
+        """Tokens never chosen for masking: [PAD] [CLS] [SEP] [MASK] (and [UNK] is left maskable, as OFF)."""
+        return [self.pad_id, self.cls_id, self.sep_id, self.mask_id]

@@ -26,19 +26,19 @@ from tokenizers import Tokenizer
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from electra import devices
-from electra.checkpoint import load_discriminator
 from electra.config import FinetuneConfig, ModelConfig
-from electra.devices import resolve_precision
-from electra.files import write_atomic
 from electra.glue import metrics as M
 from electra.glue.features import Features, collate, encode, eval_batches, train_batches
 from electra.glue.heads import GlueModel, build_model, export_hf
 from electra.glue.loading import TaskData, with_swapped_pairs
 from electra.glue.optim import build_optimizer, set_learning_rates
 from electra.glue.tasks import Task
-from electra.monitor import write_metrics
-from electra.optim import clip_and_step, scheduled_lr
+from electra.training import precision as devices
+from electra.training.checkpoint import load_discriminator
+from electra.training.optim import clip_and_step, scheduled_lr
+from electra.training.precision import resolve_precision
+from electra.training.trackers import write_metrics
+from electra.utils.files import write_atomic
 
 
 @dataclass
@@ -90,7 +90,7 @@ def prepare(data: TaskData, tokenizer: Tokenizer, cfg: FinetuneConfig) -> Prepar
 
 
 def autocast_for(device: torch.device, precision: str, hidden_size: int):
-    """bf16 autocast or none, as pretraining resolves `precision` (electra/devices.py: bf16 on CUDA >= 8.0 and on
+    """bf16 autocast or none, as pretraining resolves `precision` (training.precision: bf16 on CUDA >= 8.0 and on
     AMX CPUs for wide enough models), except that fine-tuning has no loss scaler, so where pretraining's `auto`
     would pick fp16 (CUDA 7.x) fine-tuning stays in fp32."""
     name = resolve_precision(precision, device, hidden_size).name
@@ -152,7 +152,7 @@ def finetune(
     run_dir: Path, progress: bool = True, writers: list | tuple = (),
 ) -> dict:  # fmt: skip
     """One (task, seed) run from the pretrained body: train, evaluate on dev, predict test; returns its record.
-    `writers`: open trackers (electra.monitor.open_loggers) that get what RUN/metrics.jsonl gets."""
+    `writers`: open trackers (electra.training.trackers.open_loggers) that get what RUN/metrics.jsonl gets."""
     task = prep.data.task
     start = time.time()
     devices.enable_tf32(device)  # fp32 matmuls in TF32 on Ampere and later, as in pretraining

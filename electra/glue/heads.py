@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from electra.config import HeadName, ModelConfig
 from electra.glue.tasks import Task
-from electra.model import ElectraModel
+from electra.modeling.electra import ElectraModel
 
 HEADS = typing.get_args(HeadName)
 HEAD_INITS = ("glorot_uniform", "normal")
@@ -103,7 +103,7 @@ def export_hf(model: GlueModel, task: Task, out_dir: str | Path, tokenizer_dir: 
     """
     from transformers import ElectraConfig, ElectraForSequenceClassification
 
-    from electra.hf_compat import hf_config, save_hf_tokenizer, save_quietly
+    from electra.modeling.convert_hf import hf_config, save_hf_tokenizer, save_quietly
 
     if model.head_name != "hf":
         raise ValueError(f"only the hf head exports to ElectraForSequenceClassification, not {model.head_name!r}")

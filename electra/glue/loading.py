@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from electra.errors import InputError
 from electra.glue.tasks import HUB_DATASET, Split, Task, TaskSpec, parquet_files
+from electra.utils.errors import InputError
 
 INDEX_COLUMNS = ("index", "id")  # the test files' row ids (QQP calls it id); submissions echo them
 

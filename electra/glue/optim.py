@@ -1,4 +1,4 @@
-"""The fine-tuning optimizer: layer-wise learning rates over the pretraining optimizers of electra/optim.py.
+"""The fine-tuning optimizer: layer-wise learning rates over the pretraining optimizers of electra/training/optim.py.
 
 OFF fine-tunes with its pretraining optimizer and schedule (google-research/electra model/optimization.py
 create_optimizer: AdamWeightDecayOptimizer, polynomial decay times warmup, clip_by_global_norm 1.0), each variable
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from electra.config import DepthConvention, FinetuneConfig
-from electra.optim import AdamNoBiasCorrection, scheduled_lr
+from electra.training.optim import AdamNoBiasCorrection, scheduled_lr
 
 CONVENTIONS = typing.get_args(DepthConvention)
 _LAYER = re.compile(r"^electra\.encoder\.layer\.(\d+)\.")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from electra.files import write_atomic
 from electra.glue.tasks import GLUE_TASKS
-from electra.wording import plural
+from electra.utils.files import write_atomic
+from electra.utils.wording import plural
 
 # style -> (task, metrics averaged into that task's number), in order
 AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {

@@ -11,8 +11,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from electra.files import write_atomic
 from electra.glue.tasks import GLUE_TASKS, TASKS
+from electra.utils.files import write_atomic
 
 SUBMISSION_FILES = (
     "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv",

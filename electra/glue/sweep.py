@@ -36,16 +36,16 @@ from pathlib import Path
 import torch
 
 from electra.config import ConfigError, FinetuneConfig, merge, validate_finetune
-from electra.files import write_json
 from electra.glue.finetune import Pretrained, finetune, load_pretrained, prepare
 from electra.glue.loading import TaskData, load_task
 from electra.glue.report import chance_lines, write_report
 from electra.glue.submission import write_submission
 from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
-from electra.hub import model_identity
-from electra.memory import keep_freed_memory_in_heap
-from electra.monitor import check_trackers, open_loggers
-from electra.wording import plural
+from electra.modeling.hub import model_identity
+from electra.training.loop import keep_freed_memory_in_heap
+from electra.training.trackers import check_trackers, open_loggers
+from electra.utils.files import write_json
+from electra.utils.wording import plural
 
 log = logging.getLogger("electra.glue")
 

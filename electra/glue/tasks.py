@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from electra.errors import InputError
+from electra.utils.errors import InputError
 
 METRICS = ("mcc", "accuracy", "f1", "pearson", "spearman")
 

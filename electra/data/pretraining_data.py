@@ -1,0 +1,39 @@
+"""The train and eval example sources of a run, opened from its data config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from electra.config import DataConfig
+from electra.data.builders import ExampleSource
+from electra.data.tokenizer import TokenizerInfo
+
+
+@dataclass
+class PretrainingData:
+    train: ExampleSource
+    eval: ExampleSource
+    tokens: TokenizerInfo
+
+
+def open_pretraining_data(cfg: DataConfig, seed: int) -> PretrainingData:
+    """Train and eval sources for a run: the prepared folder `cfg.path`, or the built-in synthetic corpus.
+
+    The train and eval sources draw from disjoint documents (a fixed `cfg.eval_fraction` of them held out).
+    `tokens.path` is a folder holding only the tokenizer.json the data was made with (a run copies it).
+    """
+    from electra.data.builders import build_sources
+
+    if cfg.path is None:
+        from electra.data.synthetic import synthetic_corpus, synthetic_tokenizer_info
+
+        corpus, tokens = synthetic_corpus(), synthetic_tokenizer_info()
+    else:
+        from electra.data.corpus import TOKENIZER_FILE, open_corpus
+        from electra.data.tokenizer import tokenizer_info
+
+        corpus, _ = open_corpus(cfg.path)  # checks format version and that its tokenizer.json is the one used
+        tokens = tokenizer_info(Path(cfg.path) / TOKENIZER_FILE)  # .path: the folder DIR/tokenizer
+    train, eval_ = build_sources(corpus, cfg.builder, cfg.seq_len, cfg.eval_fraction, seed, tokens)
+    return PretrainingData(train=train, eval=eval_, tokens=tokens)

@@ -1,0 +1,411 @@
+"""What pretraining runs, GLUE sweeps and studies left on disk, read back for the report and the study: the runs,
+their GLUE results, the gate that says whether pretraining learned anything, and the published numbers we compare
+with. Reads files only (config.yaml, run.json, metrics.jsonl, results.json, study.json); loads no model.
+
+The gate: a pretrained model counts as having learned only when its masked LM (ELECTRA's generator, or the MLM
+baseline) knows more than token frequencies at the held-out slots shown as [MASK] — its accuracy there clearly
+above always guessing the most frequent token, or its loss clearly below the best token-frequency model's — and,
+for ELECTRA, when the held-out discriminator AUC is above 0.6. A model that never left the plateau is not
+evidence about its objective.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from electra.config import ConfigError, PretrainConfig, from_dict
+from electra.modeling.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops, pfs_days
+from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
+from electra.training.health import COLLAPSE_FALL, GATE_AUC, GATE_LOSS_MARGIN, GATE_MLM_MARGIN, is_collapsed
+
+# `collapse_patience` evaluations in a row. A small discriminator whose AUC climbs past the gate can still predict
+# 'original' for nearly every token at the 0.5 threshold (recall 0.03 at AUC 0.72: the `cpu` preset on English): it
+# ranks replaced tokens higher, which is what it learns, and is not a collapse.
+
+
+# The paper's metric per task (ELECTRA paper / OFF README), and WNLI, which the study added.
+TASK_METRIC = {
+    "cola": "mcc",
+    "sst2": "accuracy",
+    "mrpc": "accuracy",
+    "stsb": "spearman",
+    "qqp": "accuracy",
+    "mnli": "accuracy_m",
+    "qnli": "accuracy",
+    "rte": "accuracy",
+    "wnli": "accuracy",
+}
+
+
+class ReportError(ValueError):
+    pass
+
+
+# -- reading what runs wrote -----------------------------------------------------------------------------------
+
+
+@dataclass
+class PretrainRun:
+    path: Path
+    cfg: PretrainConfig
+    meta: dict
+    train: list[dict]
+    """metrics.jsonl training lines."""
+    evals: list[dict]
+    """metrics.jsonl held-out evaluation lines (eval_* keys)."""
+
+    @property
+    def kind(self) -> str:
+        return getattr(self.cfg.objective, "kind", "electra")
+
+    @property
+    def steps(self) -> int:
+        return int(self.meta.get("step", 0))
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.cfg.train.batch_size * self.cfg.data.seq_len
+
+    @property
+    def flops(self) -> float:
+        """Training FLOPs of the steps done, by the official ELECTRA accounting (what `electra flops` prints)."""
+        return off_train_flops(self.cfg, self.steps) if self.steps else 0.0
+
+    @property
+    def collapsed(self) -> bool:
+        """The collapse watch's flag at the run's end, re-derived from its held-out curve with today's rule (so a
+        report judges older runs alike): its last `collapse_patience` evaluations all at the collapse level."""
+        if self.kind != "electra":
+            return False
+        last = [{k[5:]: r.get(k, math.nan) for k in ("eval_disc_recall", "eval_disc_auc")}
+                for r in self.evals[-self.cfg.train.collapse_patience:]]  # fmt: skip
+        return len(last) == self.cfg.train.collapse_patience and all(map(is_collapsed, last))
+
+
+def _json_lines(path: Path) -> list[dict]:
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ReportError(f"{path}:{i}: not valid JSON ({err.msg})") from None
+    return rows
+
+
+def read_pretrain_run(path: str | Path) -> PretrainRun:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load((path / "config.yaml").read_text())
+        cfg = from_dict(raw, source=str(path / "config.yaml"))
+    except (OSError, yaml.YAMLError, ConfigError) as err:
+        raise ReportError(f"{path / 'config.yaml'}: cannot read the run's config: {err}") from err
+    meta = json.loads((path / "run.json").read_text()) if (path / "run.json").exists() else {}
+    rows = _json_lines(path / "metrics.jsonl") if (path / "metrics.jsonl").exists() else []
+    train = [r for r in rows if "mlm_loss" in r]
+    evals = [r for r in rows if any(k.startswith("eval_") for k in r)]
+    return PretrainRun(path, cfg, meta, train, evals)
+
+
+@dataclass
+class Gate:
+    learned: bool | None
+    """None: nothing to judge (random initialisation, or a model whose pretraining run is not at hand)."""
+    reasons: list[str] = field(default_factory=list)
+    collapsed: bool = False
+    """The discriminator learned (an earlier held-out AUC passed the gate) and then fell back under it, 0.05 or more
+    below that peak: a collapse, not a run that never learned."""
+
+    @property
+    def word(self) -> str:
+        """The verdict in a word or two, for figure legends."""
+        if self.learned is None:
+            return "not judged"
+        return "learned" if self.learned else ("collapsed" if self.collapsed else "never learned")
+
+    def describe(self) -> str:
+        if self.learned is None:
+            return "; ".join(self.reasons) or "not pretrained"
+        head = "learned" if self.learned else ("COLLAPSED" if self.collapsed else "NEVER LEARNED")
+        return f"{head}: " + "; ".join(self.reasons)
+
+
+def gate(run: PretrainRun | None) -> Gate:
+    """Did pretraining leave the plateau? Judged on the last held-out evaluation."""
+    if run is None:
+        return Gate(None)
+    if not run.evals:
+        return Gate(False, ["no held-out evaluation was logged"])
+    last = run.evals[-1]
+    acc, rate = last.get("eval_masked_accuracy"), last.get("eval_mlm_majority_rate")
+    # the training text's token frequencies at those slots (runs before it was logged: the slots' own entropy,
+    # a lower bound, so a stricter test)
+    loss, unigram, baseline = last.get("eval_masked_loss"), last.get("eval_mlm_unigram_loss"), "token frequencies"
+    if unigram is None:
+        unigram, baseline = last.get("eval_mlm_unigram_entropy"), "the slots' own entropy"
+    reasons, ok = [], True
+    if acc is None or rate is None:
+        ok = False
+        reasons.append("held-out accuracy at [MASK] slots or most-frequent-token rate missing")
+    else:
+        by_accuracy = acc >= rate + GATE_MLM_MARGIN
+        by_loss = loss is not None and unigram is not None and loss <= unigram - GATE_LOSS_MARGIN
+        ok &= by_accuracy or by_loss
+        said = f"MLM at [MASK]: accuracy {acc:.3f} vs most-frequent-token {rate:.3f}"
+        if loss is not None and unigram is not None:
+            said += f", loss {loss:.3f} vs {baseline} {unigram:.3f} nats"
+        reasons.append(said + (" (beyond frequencies)" if by_accuracy or by_loss else " (token frequencies only)"))
+    if run.kind == "electra":
+        auc = last.get("eval_disc_auc")
+        good = auc is not None and math.isfinite(auc) and auc > GATE_AUC
+        ok &= good
+        reasons.append(
+            f"discriminator AUC {auc if auc is None else round(auc, 3)} {'>' if good else 'not >'} {GATE_AUC}"
+        )
+        peak = _auc_peak(run.evals)
+        if not good and peak is not None and (auc is None or not auc > peak[1] - COLLAPSE_FALL):
+            reasons.append(f"it had reached {peak[1]:.3f} at step {peak[0]:,}: the discriminator collapsed")
+            return Gate(False, reasons, collapsed=True)
+    return Gate(ok, reasons)
+
+
+def _auc_peak(evals: list[dict]) -> tuple[int, float] | None:
+    """(step, AUC) of the best held-out AUC before the last evaluation, if it passed the gate."""
+    best = max(((r["step"], r["eval_disc_auc"]) for r in evals[:-1] if _finite(r.get("eval_disc_auc"))),
+               key=lambda p: p[1], default=None)  # fmt: skip
+    return best if best is not None and best[1] > GATE_AUC else None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+@dataclass
+class Entry:
+    """One model of the report: its pretraining run (None for random initialisation) and its GLUE sweep."""
+
+    name: str
+    pretrain: PretrainRun | None
+    glue: dict | None
+    """results.json of its sweep."""
+    glue_path: Path | None = None
+    setting: dict = field(default_factory=dict)
+    """What the study varied for this entry (key -> value)."""
+    baseline: bool = False
+    """Random initialisation, the no-pretraining baseline (a study's objective.kind=none, or a step-0 run)."""
+    study: str | None = None
+    """The short name of the study it came from (none for a lone run or sweep)."""
+    corpus: str | None = None
+    """The prepared corpus it was pretrained on (a study's `--data`, a run's data.path; None: the built-in
+    language, or unknown), so that a model is measured against random weights built for the same text."""
+
+    @property
+    def kind(self) -> str:
+        if self.baseline:
+            return "none (random initialisation)"
+        return self.pretrain.kind if self.pretrain is not None else "unknown (no pretraining run at hand)"
+
+    def judge(self) -> Gate:
+        if self.pretrain is None and not self.baseline:
+            return Gate(None, ["no pretraining run at hand to judge"])
+        return gate(None if self.baseline else self.pretrain)
+
+
+def _sweep_model(glue: Path) -> Path | None:
+    """The run folder a GLUE sweep fine-tuned (sweep.json's model; a checkpoint means its run), if local."""
+    try:
+        model = Path(json.loads((glue / "sweep.json").read_text())["model"])
+    except (OSError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    if model.parent.name == "checkpoints":
+        model = model.parent.parent
+    return model.resolve() if model.exists() else None
+
+
+def read_glue(path: Path) -> dict | None:
+    """A sweep's results.json; for sweeps written before it kept each task's chance level and seconds, those are
+    filled in from the sweep's own run records (RUN/runs/TASK/seedS/result.json)."""
+    file = path / "results.json"
+    if not file.exists():
+        return None
+    results = json.loads(file.read_text())
+    if any("chance" not in t for t in results.get("tasks", {}).values()):
+        _fill_from_records(results, path)
+    return results
+
+
+def _fill_from_records(results: dict, path: Path) -> None:
+    from electra.glue.report import chance_summary
+
+    for task, entry in results["tasks"].items():
+        records = [json.loads(f.read_text()) for f in sorted((path / "runs" / task).glob("seed*/result.json"))]
+        if records and all("chance" in r for r in records):
+            entry.setdefault("chance", chance_summary(records))
+            if all("seconds" in r for r in records):
+                entry.setdefault("seconds", float(sum(r["seconds"] for r in records)))
+
+
+def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
+    """Entries from study folders (study.json), pretraining run folders (config.yaml) or GLUE folders
+    (results.json); returns them and the study's description when one study was given. A GLUE folder joins the
+    entry of the run it fine-tuned (its sweep.json names the model) when that run is given too, or brings the run
+    along when the run folder is still where the sweep found it."""
+    entries: list[Entry] = []
+    study = None
+    for p in map(Path, paths):
+        if (p / "study.json").exists():
+            study = json.loads((p / "study.json").read_text())
+            for s in study["settings"]:
+                run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
+                pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
+                entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none,
+                                     study=_study_label(p), corpus=study.get("spec", {}).get("data")))  # fmt: skip
+        elif (p / "config.yaml").exists():
+            glue = p / "glue" if (p / "glue" / "results.json").exists() else None
+            run = read_pretrain_run(p)
+            entries.append(Entry(p.name, run, read_glue(glue) if glue else None, glue, baseline=run.steps == 0,
+                                 corpus=run.cfg.data.path))  # fmt: skip
+        elif (p / "results.json").exists():
+            model = _sweep_model(p)
+            owner = next((e for e in entries if e.pretrain and model and e.pretrain.path.resolve() == model), None)
+            if owner is not None and owner.glue is None:
+                owner.glue, owner.glue_path = read_glue(p), p
+                continue
+            run = read_pretrain_run(model) if model is not None and (model / "config.yaml").exists() else None
+            entries.append(Entry(p.name, run, read_glue(p), p, baseline=run is not None and run.steps == 0,
+                                 corpus=None if run is None else run.cfg.data.path))  # fmt: skip
+        else:
+            raise ReportError(
+                f"{p}: not a study (study.json), a pretraining run (config.yaml) or a GLUE folder (results.json)"
+            )
+    if len(paths) > 1:
+        study = None
+    _distinct_names(entries)
+    return entries, study
+
+
+def _study_label(folder: Path) -> str:
+    """A study's short name in a report: its folder's name (the demo's DEMO/study: DEMO's)."""
+    folder = folder.resolve()
+    return folder.parent.name if folder.name == "study" else folder.name
+
+
+def _distinct_names(entries: list[Entry]) -> None:
+    """Several studies in one report (a budget curve) share setting names: those become STUDY/NAME."""
+    names = Counter(e.name for e in entries)
+    for e in entries:
+        if names[e.name] > 1 and e.study is not None:
+            e.name = f"{e.study}/{e.name}"
+
+
+# -- numbers ---------------------------------------------------------------------------------------------------
+
+
+def task_scores(results: dict) -> dict[str, tuple[float, float, float]]:
+    """task -> (median, min, max) of the paper's metric for that task, over seeds."""
+    out = {}
+    for task, entry in results.get("tasks", {}).items():
+        metric = TASK_METRIC.get(task) or next(iter(entry["metrics"]))
+        s = entry["metrics"].get(metric)
+        if s is not None:
+            out[task] = (s["median"], s["min"], s["max"])
+    return out
+
+
+def task_stats(results: dict) -> dict[str, dict]:
+    """task -> the paper's metric's statistics over seeds (median, mean, std, min, max, n), from results.json."""
+    out = {}
+    for task, entry in results.get("tasks", {}).items():
+        s = entry["metrics"].get(TASK_METRIC.get(task) or next(iter(entry["metrics"])))
+        if s is not None:
+            out[task] = s
+    return out
+
+
+def task_mean(results: dict | None, tasks: list[str]) -> float | None:
+    """Mean over `tasks` of each task's median (None unless every task has a result)."""
+    if results is None:
+        return None
+    scores = task_scores(results)
+    if not tasks or any(t not in scores for t in tasks):
+        return None
+    return float(np.mean([scores[t][0] for t in tasks]))
+
+
+def order_tasks(tasks) -> list[str]:
+    """GLUE tasks in the paper's order, then any others by name."""
+    tasks = set(tasks)
+    return [t for t in TASK_METRIC if t in tasks] + sorted(tasks - set(TASK_METRIC))
+
+
+def common_tasks(entries: list[Entry]) -> list[str]:
+    sets = [set(task_scores(e.glue)) for e in entries if e.glue]
+    if not sets:
+        return []
+    shared = set.intersection(*sets)
+    return [t for t in TASK_METRIC if t in shared] + sorted(shared - set(TASK_METRIC))
+
+
+def device_peak(name: str) -> float | None:
+    """Peak TFLOP/s of a device named as run.json names it ("NVIDIA H200", "Tesla V100-SXM2-16GB"); None for a
+    CPU or a device not in electra/modeling/flops.py's table."""
+    squashed = "".join(c for c in name.lower() if c.isalnum())
+    return next((peak for key, peak in DEVICE_PEAK_TFLOPS.items() if key in squashed), None)
+
+
+def sessions(meta: dict) -> list[dict]:
+    """The training sessions of a run (a resumed run has several): device, world size, steps and seconds of
+    each; runs logged before run.json kept its sessions: one session on its last device."""
+    raw = meta.get("sessions") or [{"device": meta.get("device", "unknown"), "world_size": meta.get("world_size", 1),
+                                    "start_step": 0, "start_seconds": 0.0}]  # fmt: skip
+    out = []
+    for i, s in enumerate(raw):
+        end = raw[i + 1] if i + 1 < len(raw) else {"start_step": meta.get("step", 0),
+                                                  "start_seconds": meta.get("train_seconds", 0.0)}  # fmt: skip
+        out.append({"device": s["device"], "world_size": s["world_size"], "steps": end["start_step"] - s["start_step"],
+                    "seconds": max(0.0, end["start_seconds"] - s["start_seconds"])})  # fmt: skip
+    return out
+
+
+def wall_clock_pfs_days(meta: dict) -> float | None:
+    """pfs-days by the study's convention (days x GPUs x peak TFLOP/s x 0.33 / 1000, modeling/flops.py pfs_days),
+    summed over sessions; None when a session's device has no known peak (a CPU)."""
+    total = 0.0
+    for s in sessions(meta):
+        peak = device_peak(s["device"])
+        if peak is None:
+            return None
+        total += pfs_days(s["seconds"] / 86400, s["world_size"], peak)
+    return total
+
+
+def finetune_seconds(results: dict | None) -> float | None:
+    """Seconds of all fine-tuning runs of a sweep (results.json; None for sweeps written before it kept them)."""
+    if not results or any("seconds" not in t for t in results.get("tasks", {}).values()):
+        return None
+    return sum(t["seconds"] for t in results["tasks"].values())
+
+
+def compute_row(e: Entry) -> dict:
+    """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, GPUs (0 for a run on
+    CPUs only), the device of every session, pretraining and fine-tuning hours."""
+    tuning = finetune_seconds(e.glue)
+    row = {"name": e.name, "steps": 0, "tokens": 0, "flops": 0.0, "pfs_days": 0.0, "pfs_days_wall": 0.0,
+           "world_size": 1, "gpus": 0, "sessions": [], "hours": 0.0,
+           "finetune_hours": None if tuning is None else tuning / 3600}  # fmt: skip
+    run = e.pretrain
+    if run is None:
+        return row
+    seconds = run.meta.get("train_seconds")
+    parts = sessions(run.meta)
+    return {**row, "steps": run.steps, "tokens": run.tokens, "flops": run.flops, "pfs_days": run.flops / PFS_DAY,
+            "pfs_days_wall": wall_clock_pfs_days(run.meta), "world_size": max(s["world_size"] for s in parts),
+            "gpus": max((s["world_size"] for s in parts if s["device"] != "cpu"), default=0), "sessions": parts,
+            "hours": None if seconds is None else seconds / 3600}  # fmt: skip

@@ -1,0 +1,229 @@
+"""The reproducibility study's four tables, as markdown lines, from what the runs wrote (electra/report/results.py) and,
+in rows marked "quoted", the published numbers (electra/report/published.py):
+
+    Table 1  compute per experiment: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, GPUs, the device
+             of every session, pretraining and fine-tuning time
+    Table 2  GLUE dev per task: median and mean ± std over seeds, beside OFF's and the study's published numbers
+    Table 3  efficiency: parameters, FLOPs, pfs-days and score per pfs-day, with the study's and the paper's rows
+    Table 4  the generator-size sweep: held-out generator loss, discriminator AUC / recall, collapse, GLUE
+"""
+
+from __future__ import annotations
+
+import math
+
+from electra.modeling.flops import PFS_DAY, backbone_parameters
+from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY
+from electra.report.results import Entry, compute_row, order_tasks, task_mean, task_stats
+from electra.utils.wording import plural
+
+STUDY_SWEEP_STEPS = 250_000
+"""The study ran its generator-size sweep at equal steps: 250k of its 1M (25%) for every size (RC report)."""
+
+
+def fmt(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
+
+
+def _hours(hours: float | None) -> str:
+    return "–" if hours is None else f"{hours:.3g}"
+
+
+# -- Table 1: compute ------------------------------------------------------------------------------------------
+
+
+def _sessions_cell(row: dict) -> str:
+    parts = [f"{s['device']}" + (f" ×{s['world_size']}" if s["world_size"] > 1 else "") +
+             f" ({plural(s['steps'], 'step')})" for s in row["sessions"]]  # fmt: skip
+    return "; ".join(parts) or "–"
+
+
+def compute_table(entries: list[Entry]) -> list[str]:
+    lines = [
+        "### Table 1: compute per experiment",
+        "",
+        "| model | objective | steps | tokens | FLOPs | pfs-days (FLOPs) | GPUs | device per session | pretraining h "
+        "| fine-tuning h | pfs-days (wall clock) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        if e.pretrain is None and not e.baseline:
+            continue  # a model from elsewhere: its compute is not ours to report
+        r = compute_row(e)
+        wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
+        lines.append(
+            f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
+            f"{r['gpus']} | {_sessions_cell(r)} | {_hours(r['hours'])} | {_hours(r['finetune_hours'])} | "
+            f"{wall} |"
+        )
+    return lines + [
+        "",
+        "FLOPs by the official ELECTRA accounting (google-research/electra flops_computation.py; what `electra "
+        "flops` prints for these steps). pfs-days (FLOPs): those FLOPs / (10^15 × 86,400). pfs-days (wall clock): "
+        'the study\'s convention (OpenAI "AI and Compute": days × GPUs × peak TFLOP/s × 0.33 / 1000, as `electra '
+        "flops --days D --device X` computes it), summed over the run's sessions; – where a session's device has "
+        "no peak in modeling/flops.py (a CPU). GPUs: the most any session ran on (0: CPUs only). Fine-tuning h: all "
+        "seeds and tasks of the model's GLUE sweep.",
+        "",
+    ]
+
+
+# -- Table 2: GLUE dev per task ----------------------------------------------------------------------------------
+
+
+def _glue_tasks(entries: list[Entry]) -> list[str]:
+    return order_tasks(t for e in entries if e.glue for t in task_stats(e.glue))
+
+
+def glue_table(entries: list[Entry]) -> list[str]:
+    with_glue = [e for e in entries if e.glue]
+    tasks = _glue_tasks(with_glue)
+    lines = [
+        "### Table 2: GLUE dev per task",
+        "",
+        "Each cell: median over fine-tuning seeds, then mean ± sample std, and the number of seeds. Metric per "
+        "task as the ELECTRA paper reports it (CoLA MCC, STS-B Spearman, MNLI matched accuracy, the others "
+        "accuracy); `*`: most seeds at chance level.",
+        "",
+        "| model | " + " | ".join(tasks) + " | paper | glue | study |",
+        "|---|" + "---|" * (len(tasks) + 3),
+    ]
+    for e in with_glue:
+        stats = task_stats(e.glue)
+        cells = [_glue_cell(e.glue, t, stats.get(t)) for t in tasks]
+        agg = e.glue.get("scores", {})
+        cells += [fmt(agg.get(k)) for k in ("paper", "glue", "study")]
+        lines.append(f"| {e.name} | " + " | ".join(cells) + " |")
+    lines += ["", "The aggregate columns are `electra glue`'s three scores (docs/glue.md); each is empty unless "
+              "every task it needs was run.", ""]  # fmt: skip
+    return lines + _published_comparison(with_glue, tasks)
+
+
+def _glue_cell(results: dict, task: str, s: dict | None) -> str:
+    if s is None:
+        return "–"
+    chance = results["tasks"][task].get("chance")
+    star = "*" if chance and chance["seeds_at_chance"] * 2 > chance["n"] else ""
+    return f"{s['median']:.2f}{star} ({s['mean']:.2f} ± {s['std']:.2f}, n={s['n']})"
+
+
+def _published_comparison(entries: list[Entry], tasks: list[str]) -> list[str]:
+    published = [t for t in REFERENCE_TASKS["OFF ELECTRA-Small-OWT"] if t in tasks]
+    if not published:
+        return ["None of these tasks has published ELECTRA-Small numbers (they are not GLUE tasks): no comparison "
+                "with OFF or the study.", ""]  # fmt: skip
+    heads = [f"{t}†" if t == "mnli" else t for t in published]
+    lines = ["Beside the published ELECTRA-Small (dev; quoted rows from OFF's README, the study's report and "
+             "google-research/electra#73):", "", "| model | " + " | ".join(heads) + " |",
+             "|---|" + "---|" * len(published)]  # fmt: skip
+    for e in entries:
+        stats = task_stats(e.glue)
+        cells = [f"{stats[t]['median']:.2f} / {stats[t]['mean']:.2f} ± {stats[t]['std']:.2f}" if t in stats else "–"
+                 for t in published]  # fmt: skip
+        lines.append(f"| {e.name} (ours: median / mean ± std) | " + " | ".join(cells) + " |")
+    for name, row in REFERENCE_TASKS.items():
+        lines.append(f"| {name} (quoted) | " + " | ".join(f"{row[t]:.1f}" for t in published) + " |")
+    if "mnli" in published:
+        lines += ["", "† MNLI: ours and OFF's are matched accuracy; the study merged matched and mismatched into one "
+                  "accuracy, so its MNLI number is not comparable with the others in that column."]  # fmt: skip
+    return lines + [""]
+
+
+# -- Table 3: efficiency ---------------------------------------------------------------------------------------
+
+
+def efficiency_points(entries: list[Entry], tasks: list[str]) -> list[dict]:
+    """Our pretrained models with a score: parameters of the fine-tuned body, FLOPs, the task mean."""
+    points = []
+    for e in entries:
+        mean = task_mean(e.glue, tasks)
+        if e.pretrain is not None and not e.baseline and mean is not None:
+            row = compute_row(e)
+            points.append({"name": e.name, "flops": row["flops"], "params": backbone_parameters(e.pretrain.cfg.model),
+                           "score": mean, "source": "ours", "pfs_days": row["pfs_days"]})  # fmt: skip
+    return points
+
+
+def quoted_points() -> list[dict]:
+    return [{"name": n, "params": p, "flops": f, "score": s, "source": "quoted", "pfs_days": f / PFS_DAY}
+            for n, p, f, s in LITERATURE]  # fmt: skip
+
+
+def _per_pfs_day(score: float, pfs: float | None) -> str:
+    return "–" if not pfs else f"{score / pfs:,.0f}"
+
+
+def efficiency_table(points: list[dict], baseline: float | None, average: str) -> list[str]:
+    lines = [
+        "### Table 3: efficiency",
+        "",
+        "| model | source | parameters | FLOPs | pfs-days | score | score per pfs-day | what the score averages |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        lines.append(f"| {p['name']} | ours | {p['params'] / 1e6:.2f}M | {p['flops']:.3g} | {p['pfs_days']:.2e} | "
+                     f"{p['score']:.2f} | {_per_pfs_day(p['score'], p['pfs_days'])} | {average} |")  # fmt: skip
+    if baseline is not None:
+        lines.append(f"| no pretraining | ours | – | 0 | 0 | {baseline:.2f} | – | {average} |")
+    for name, params, hardware, pfs, score, what in STUDY_EFFICIENCY:
+        lines.append(f"| {name} | quoted (the study) | {params / 1e6:.0f}M | – ({hardware}) | {pfs:.2f} | "
+                     f"{score:.1f} | {_per_pfs_day(score, pfs)} | {what} |")  # fmt: skip
+    for p in quoted_points():
+        lines.append(f"| {p['name']} | quoted (ELECTRA paper Table 1) | {p['params'] / 1e6:.0f}M | {p['flops']:.2g} | "
+                     f"{p['pfs_days']:.3f} | {p['score']:.1f} | {_per_pfs_day(p['score'], p['pfs_days'])} | "
+                     "GLUE dev score as the paper reports it |")  # fmt: skip
+    return lines + [
+        "",
+        "pfs-days: ours and the paper's rows from FLOPs (FLOPs / (10^15 × 86,400)); the study's rows by its wall-clock "
+        "convention (days × GPUs × peak TFLOP/s × 0.33 / 1000), as it printed them. Score per pfs-day divides the "
+        "score by those pfs-days (for the quoted rows, from their quoted numbers). Scores that average different "
+        "tasks are not comparable with each other.",
+        "",
+    ]
+
+
+# -- Table 4: the generator-size sweep --------------------------------------------------------------------------
+
+
+def sweep_entries(entries: list[Entry]) -> list[Entry]:
+    """The ELECTRA runs of a generator-size sweep: two or more generator fractions among them (else none)."""
+    runs = [e for e in entries if e.pretrain is not None and e.pretrain.kind == "electra"]
+    fractions = {e.pretrain.cfg.model.generator_fraction for e in runs}
+    return sorted(runs, key=lambda e: e.pretrain.cfg.model.generator_fraction) if len(fractions) > 1 else []
+
+
+def _last(e: Entry, key: str) -> float | None:
+    values = [r[key] for r in e.pretrain.evals if key in r]
+    return values[-1] if values else None
+
+
+def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
+    lines = [
+        "### Table 4: generator size",
+        "",
+        "| generator fraction | generator hidden | steps | held-out generator loss (nats) | disc AUC | disc recall | "
+        "collapsed | gate | GLUE task mean |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in runs:
+        m, gate = e.pretrain.cfg.model, e.judge()
+        collapsed = e.pretrain.collapsed or gate.collapsed
+        lines.append(
+            f"| {m.generator_fraction:g} | {m.generator.hidden_size} | {e.pretrain.steps:,} | "
+            f"{fmt(_last(e, 'eval_mlm_loss'), 3)} | {fmt(_last(e, 'eval_disc_auc'), 3)} | "
+            f"{fmt(_last(e, 'eval_disc_recall'), 3)} | {'yes' if collapsed else 'no'} | {gate.word} | "
+            f"{fmt(task_mean(e.glue, tasks))} |"
+        )
+    steps = {e.pretrain.steps for e in runs}
+    lines += [
+        "",
+        f"Values at the last held-out evaluation. The study compared generator sizes at equal steps "
+        f"({STUDY_SWEEP_STEPS:,} each, 25% of its 1M); 'collapsed': the collapse watch's flag (held-out AUC "
+        "< 0.55, or recall < 0.05 with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a "
+        "row), or a held-out AUC that passed the gate and ended under it, 0.05 or more below its peak.",
+    ]
+    if len(steps) > 1:
+        lines += ["", f"**Warning: the sizes ran unequal steps ({', '.join(f'{s:,}' for s in sorted(steps))}), as a "
+                  "FLOPs or seconds budget gives them: larger generators got fewer steps, so this is not the study's "
+                  "comparison. Use `--budget steps=N` for it.**"]  # fmt: skip
+    return lines + [""]

@@ -1,0 +1,304 @@
+"""`electra report RUN_OR_STUDY...`: report.md with figures, from what pretraining runs, GLUE sweeps and studies
+wrote to disk (read back by electra/report/results.py). Nothing is retrained or reloaded: any old run can be reported
+again.
+
+Writes into the report folder (by default STUDY/report or RUN/report): report.md with the study's four tables
+(electra/report/tables.py), its figures as PNG with each figure's data beside it as JSON (electra/report/figures.py):
+glue.png, dynamics-NAME.png (the study's Figure 3), collapse.png (its Figure 2), efficiency.png; and results.json
+(the first model's GLUE results in `electra glue`'s schema, every model's under "settings").
+
+Every GLUE comparison carries the gate's verdict (electra/report/results.py) beside the scores, and every claim that one
+model beats another follows the seeds' statistics (electra/report/verdicts.py).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from electra.glue.report import AGGREGATES
+from electra.report import figures
+from electra.report import tables as report_tables
+from electra.report.results import (
+    TASK_METRIC,
+    Entry,
+    ReportError,
+    collect,
+    common_tasks,
+    order_tasks,
+    task_mean,
+    task_scores,
+)
+from electra.report.verdicts import CONFIDENCE, MIN_SEEDS, compare
+from electra.training.health import GATE_AUC
+from electra.utils import wording
+from electra.utils.files import write_atomic, write_json
+
+PAPER_TASKS = AGGREGATES["paper"]
+PAPER_AVERAGE = "8-task GLUE dev score (the ELECTRA paper's: no WNLI, MNLI matched)"
+
+# -- the report ------------------------------------------------------------------------------------------------
+
+
+def write_report(paths: list[str | Path], out: str | Path | None = None) -> Path:
+    """Draw the figures and write report.md (and results.json) for the given runs/sweeps/studies; returns the
+    report folder."""
+    entries, study = collect(paths)
+    if not entries:
+        raise ReportError("nothing to report")
+    out = Path(out) if out is not None else Path(paths[0]) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = common_tasks(entries)
+    lines = _header(entries, study, tasks)
+    lines += _glue_section(entries, out)
+    lines += _dynamics_section(entries, out)
+    lines += _compute_section(entries, tasks, out)
+    lines += _config_section(entries)
+    write_atomic(out / "report.md", "\n".join(lines) + "\n")
+    results = [e for e in entries if e.glue]
+    if results:
+        first = results[0].glue
+        write_json(out / "results.json", {**first, "settings": {e.name: e.glue for e in results}}, indent=2)
+    return out
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
+
+
+def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[str]:
+    lines = ["# Report", ""]
+    if study is not None:
+        if study.get("description"):
+            lines += [study["description"], ""]
+        steps = ", ".join(f"{s['name']}: {s['steps']:,}" for s in study.get("settings", []))
+        lines += [
+            f"Budget per setting: {wording.budget(str(study.get('budget')))} (optimizer steps: {steps}). Fine-tuned on "
+            f"{', '.join(study.get('tasks', []))} with seeds {study.get('seeds')}. Code revision: "
+            f"`{study.get('code_revision', 'unknown')}`.",
+            "",
+        ]
+    lines += [
+        f"## Summary: mean over {', '.join(tasks) or 'no common tasks'} (each task's median over seeds)",
+        "",
+        "| model | objective | did pretraining learn? (held out) | task mean | vs. no pretraining |",
+        "|---|---|---|---|---|",
+    ]
+    for e in entries:
+        mean, baseline = task_mean(e.glue, tasks), baseline_for(e, entries)
+        base_mean = task_mean(baseline.glue, tasks) if baseline else None
+        delta = None if mean is None or base_mean is None or e.baseline else mean - base_mean
+        kind = e.kind
+        lines.append(
+            f"| {e.name} | {kind} | {e.judge().describe()} | {_fmt(mean)} | "
+            f"{'–' if delta is None else f'{delta:+.2f}'} |"
+        )
+    lines += _verdicts(entries, tasks)
+    never = [e.name for e in entries if e.judge().learned is False and not e.judge().collapsed]
+    if never:
+        lines += [
+            "",
+            f"**Never left the plateau: {', '.join(never)}.** Pretraining did not learn (see the gate column), so "
+            "these GLUE scores say nothing about the objective, only that this setting did not train it.",
+        ]
+    collapsed = [e.name for e in entries if e.judge().collapsed]
+    if collapsed:
+        lines += [
+            "",
+            f"**Collapsed: {', '.join(collapsed)}.** The discriminator learned, then stopped telling replaced from "
+            "original tokens (the study's finding with generators larger than recommended): fine-tuning starts "
+            "from a discriminator that has unlearned its task.",
+        ]
+    return lines + [""]
+
+
+def baseline_for(e: Entry, entries: list[Entry]) -> Entry | None:
+    """The no-pretraining baseline `e` is measured against: its own study's, else one pretrained on nothing but
+    built from the same corpus (another study at another budget on the same prepared data), else the first."""
+    baselines = [b for b in entries if b.baseline and b.glue]
+    same_study = [b for b in baselines if e.study is not None and b.study == e.study]
+    same_data = [b for b in baselines if b.corpus is not None and b.corpus == e.corpus]
+    return next(iter(same_study + same_data + baselines), None)
+
+
+def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
+    """What the numbers allow one to say (electra/report/verdicts.py), and a word on a baseline that beats pretraining.
+    Each pretrained model is compared with its baseline (`baseline_for`), ELECTRA with MLM only within one study
+    (at its one budget: across budgets the comparison would not be at equal FLOPs)."""
+    pretrained = [e for e in entries if e.glue and not e.baseline]
+    pairs = [(e, baseline_for(e, entries)) for e in pretrained]
+    pairs = [(e, b) for e, b in pairs if b is not None]
+    electra = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "electra"]
+    mlm = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "mlm"]
+    matched = [(a, b) for a in electra for b in mlm if a.study == b.study]
+    if not tasks or not (pairs or matched):
+        return []
+    lines = ["", f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
+             f"at least {MIN_SEEDS} fine-tuning seeds a side, on tasks where the model that scores higher is above "
+             "chance level; never for a pretraining the gate rejects; electra/report/verdicts.py):", ""]  # fmt: skip
+    beaten = []
+    for e, baseline in pairs:
+        c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks, e.judge(), baseline.judge())
+        lines.append(f"- {c.sentence('pretraining helped', 'pretraining did NOT help')}.")
+        if c.b_better:
+            beaten.append(e.name)
+    for a, b in matched:
+        c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
+        lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
+    if beaten:
+        lines += ["", f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "
+                  "than these pretrained ones: at this budget pretraining has not yet learned what the tasks need, "
+                  "or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column and "
+                  "the training dynamics). These numbers are evidence against this budget, not against the "
+                  "objective."]  # fmt: skip
+    return lines
+
+
+def _rejected(entries: list[Entry]) -> dict[str, str]:
+    """Models whose pretraining the gate rejects -> the gate's word, for the figures' legends."""
+    return {e.name: e.judge().word for e in entries if e.judge().learned is False}
+
+
+def _glue_section(entries: list[Entry], out: Path) -> list[str]:
+    with_glue = [e for e in entries if e.glue]
+    if not with_glue:
+        return ["## GLUE", "", "No GLUE results yet.", ""]
+    scores = {e.name: task_scores(e.glue) for e in with_glue}
+    metrics = {t: TASK_METRIC.get(t) or next(iter(e.glue["tasks"][t]["metrics"])) for e in with_glue
+               for t in e.glue["tasks"]}  # fmt: skip
+    order = order_tasks(metrics)
+    chance = {t: e.glue["tasks"][t]["chance"]["baseline"] for e in with_glue for t in e.glue["tasks"]
+              if "chance" in e.glue["tasks"][t]}  # fmt: skip
+    figures.glue_scores(scores, {t: metrics[t] for t in order}, chance, _rejected(with_glue), out / "glue.png")
+    return [
+        "## GLUE (dev)",
+        "",
+        "![GLUE per task](glue.png)",
+        "",
+        "Bars: median over seeds; error bars: min–max; dashed: each task's chance level (the training set's "
+        "majority class, or 0 for MCC and correlations); hatched: models whose pretraining the gate rejects.",
+        "",
+        *report_tables.glue_table(with_glue),
+        *_crossover(with_glue, {t: metrics[t] for t in order}, chance, out),
+    ]
+
+
+def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, float], out: Path) -> list[str]:
+    """With pretrained models at several budgets and a random-init baseline: each task's score against
+    pretraining FLOPs per objective, beside the baseline's band (figures.crossover)."""
+    pretrained = [e for e in entries if e.pretrain is not None and not e.baseline and e.pretrain.steps]
+    baselines = [{"name": e.name, "scores": task_scores(e.glue)} for e in entries if e.baseline]
+    series: dict[str, list[dict]] = {}
+    for e in pretrained:
+        series.setdefault(e.pretrain.kind, []).append(
+            {"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)})  # fmt: skip
+    if not baselines or not any(len({p["flops"] for p in points}) > 1 for points in series.values()):
+        return []  # no objective at two budgets: no curve
+    figures.crossover(series, baselines, chance, metrics, out / "crossover.png")
+    return [
+        "",
+        "### GLUE against pretraining FLOPs, per task (where pretraining starts to beat random weights)",
+        "",
+        "![each task's score against pretraining FLOPs, per objective, beside random initialisation](crossover.png)",
+        "",
+        "Lines: each objective's median over seeds at each budget (min–max in crossover.json); dashed: random "
+        "initialisation's median, dotted: its min–max; dash-dotted: chance. Where an objective's line clears the "
+        "baseline's band it beats random weights beyond the seeds' spread; a task at chance for every model says "
+        "nothing.",
+        "",
+    ]
+
+
+def _dynamics_section(entries: list[Entry], out: Path) -> list[str]:
+    runs = [e for e in entries if e.pretrain is not None and not e.baseline and (e.pretrain.train or e.pretrain.evals)]
+    if not runs:
+        return []
+    lines = ["## Pretraining dynamics (the study's Figure 3)", ""]
+    for e in runs:
+        name = _slug(e.name)
+        figures.training_dynamics(e.pretrain.train, e.pretrain.evals, f"{e.name} ({e.pretrain.kind})",
+                                  out / f"dynamics-{name}.png", e.pretrain.kind, GATE_AUC)  # fmt: skip
+        lines += [f"### {e.name}", "", f"![training dynamics of {e.name}](dynamics-{name}.png)", ""]
+        if e.pretrain.evals:
+            lines += [_held_out_line(e.pretrain.evals[-1]), ""]
+    return lines + _collapse_section(runs, out)
+
+
+def _held_out_line(last: dict) -> str:
+    keys = ("mlm_accuracy", "masked_accuracy", "mlm_majority_rate", "sampled_accuracy", "disc_auc", "disc_recall",
+            "disc_precision")  # fmt: skip
+    values = ", ".join(f"{k} {_fmt(last.get(f'eval_{k}'), 3)}" for k in keys if f"eval_{k}" in last)
+    return f"Held out at step {last['step']:,}: {values}."
+
+
+def _collapse_section(runs: list[Entry], out: Path) -> list[str]:
+    electra = [e for e in runs if e.pretrain.kind == "electra" and e.pretrain.evals]
+    if len(electra) < 2:
+        return []
+    collapsed = {e.name: e.pretrain.collapsed or e.judge().collapsed for e in electra}
+    figures.collapse({e.name: e.pretrain.evals for e in electra}, collapsed, out / "collapse.png", GATE_AUC)
+    lines = [
+        "## Collapse (the study's Figure 2)",
+        "",
+        "![held-out discriminator metrics and generator loss per setting](collapse.png)",
+        "",
+        "Held out, per setting. Dashed and labelled: runs flagged as collapsed (held-out AUC < 0.55, or recall < 0.05 "
+        "with an AUC not above the gate's 0.6, for `collapse_patience` evaluations in a row; or an AUC that passed the "
+        "gate and ended under it, 0.05 or more below its peak).",
+        "",
+    ]
+    sweep = report_tables.sweep_entries(electra)
+    tasks = common_tasks(sweep) if sweep else []
+    return lines + (report_tables.sweep_table(sweep, tasks) if sweep else [])
+
+
+def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:
+    lines = ["## Compute and efficiency", "", *report_tables.compute_table(entries)]
+    # the paper's scores average its 8 tasks: with all of them at hand (a 9-task study adds WNLI), ours average
+    # exactly those and share its panel; otherwise ours average the tasks run, in a panel of their own
+    paper = [t for t, _ in PAPER_TASKS]
+    averaged = paper if set(paper) <= set(tasks) else tasks
+    points = report_tables.efficiency_points(entries, averaged)
+    if not points:
+        return lines
+    baseline = next((e for e in entries if e.baseline and e.glue), None)
+    base_score = task_mean(baseline.glue, averaged) if baseline else None
+    ours_average = PAPER_AVERAGE if averaged == paper else f"mean over {', '.join(tasks)} (dev, medians over seeds)"
+    figures.efficiency(points, report_tables.quoted_points(), ours_average, PAPER_AVERAGE, base_score, averaged,
+                       paper, out / "efficiency.png")  # fmt: skip
+    same = "in separate panels, since they average other tasks"
+    if averaged == paper:
+        left_out = [t for t in tasks if t not in paper]
+        same = "in one panel, both averaging the paper's 8 tasks" + (f" ({', '.join(left_out)} left out of ours)"
+                                                                   if left_out else "")  # fmt: skip
+    return lines + [
+        "![score against pretraining FLOPs](efficiency.png)",
+        "",
+        f"Ours (measured) and the ELECTRA paper's Table 1 points (quoted) {same}; dashed: no pretraining.",
+        "",
+        *report_tables.efficiency_table(points, base_score, ours_average),
+    ]
+
+
+def _config_section(entries: list[Entry]) -> list[str]:
+    lines = ["## Configurations", ""]
+    for e in entries:
+        if e.pretrain is None:
+            continue
+        revision = e.pretrain.meta.get("code_revision", "unknown")
+        text = (e.pretrain.path / "config.yaml").read_text()
+        lines += [
+            f"<details><summary>{e.name}: resolved config (code revision <code>{revision}</code>)</summary>",
+            "",
+            "```yaml",
+            text.rstrip(),
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)

@@ -1,0 +1,121 @@
+"""Held-out evaluation during pretraining: the generator's and the discriminator's numbers on held-out
+examples, the token-frequency baseline they are read against, and the collapse watch."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from electra.config import PretrainConfig
+from electra.data.builders import ExampleSource
+from electra.data.tokenizer import TokenizerInfo
+from electra.modeling.electra import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+from electra.training.batches import batch_to_device, masked_batch
+from electra.training.checkpoint import RunMeta
+from electra.training.health import is_collapsed
+from electra.training.trackers import write_metrics
+from electra.utils.files import write_atomic
+
+log = logging.getLogger("electra.pretrain")
+
+
+FREQUENCY_SAMPLE_TOKENS = 1_000_000  # training tokens counted for the token-frequency baseline
+
+
+@torch.no_grad()
+@functools.lru_cache(maxsize=4)
+def token_log_frequencies(train: ExampleSource, vocab_size: int, special_ids: tuple[int, ...]) -> torch.Tensor:
+    """(V,) log-frequencies of the tokens of the first ~1M tokens of training examples, counts + 1/2 (special
+    tokens, never a masked target, excluded): the model a masked LM learns first, whose loss is the plateau."""
+    n = max(1, FREQUENCY_SAMPLE_TOKENS // train.seq_len)
+    counts = np.zeros(vocab_size)
+    for start in range(0, n, 1024):
+        ids = train.examples(np.arange(start, min(n, start + 1024), dtype=np.int64))["input_ids"]
+        counts += np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size]
+    counts += 0.5
+    counts[list(special_ids)] = 0
+    with np.errstate(divide="ignore"):  # special tokens: log 0 = -inf, never looked up
+        return torch.from_numpy(np.log(counts / counts.sum()))
+
+
+def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
+             device: torch.device, autocast, train: ExampleSource | None = None) -> dict[str, float]:  # fmt: skip
+    """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC and
+    what token frequencies alone score at the slots shown as [MASK] (compare `masked_accuracy` and `masked_loss`):
+    `mlm_majority_rate`, the accuracy of always guessing the most frequent token there; `mlm_unigram_loss` (with
+    `train`), the cross-entropy in nats of the training examples' token frequencies there: the plateau a masked LM
+    sits on until it uses context; `mlm_unigram_entropy`, the entropy of those very slots' own frequencies, which no
+    model fit on other text reaches (0.25 nats under `mlm_unigram_loss` with a 4096-token vocabulary and ~7,000
+    slots: a lower bound, not the plateau)."""
+    was_training = model.training
+    model.eval()
+    special = torch.tensor(tokens.special_ids, device=device)
+    size = min(cfg.train.batch_size, 64)
+    totals = {k: 0.0 for k in STAT_NAMES}
+    scores, labels, targets = [], [], []
+    for b in range(cfg.train.eval_batches):
+        ids = np.arange(b * size, (b + 1) * size, dtype=np.int64)
+        batch = batch_to_device(source.examples(ids), ids, device)
+        masked = masked_batch(cfg, tokens, batch, special)
+        with autocast:
+            out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked)
+        for k, v in out.stats.items():
+            totals[k] += v.item()
+        scores.append(out.disc_logits.float()[out.disc_mask].cpu())
+        labels.append(out.disc_labels[out.disc_mask].cpu())
+        targets.append(masked.targets[(masked.weights > 0) & masked.is_masked].cpu())
+    model.train(was_training)
+    metrics = metrics_from_stats(totals)
+    targets = torch.cat(targets)  # (slots shown as [MASK],)
+    counts = torch.bincount(targets).double()
+    p = counts[counts > 0] / counts.sum()
+    metrics["mlm_majority_rate"] = float(p.max()) if len(p) else float("nan")
+    metrics["mlm_unigram_entropy"] = float(-(p * p.log()).sum()) if len(p) else float("nan")
+    if train is not None:
+        log_freq = token_log_frequencies(train, tokens.vocab_size, tuple(tokens.special_ids))
+        metrics["mlm_unigram_loss"] = float(-log_freq[targets].mean()) if len(targets) else float("nan")
+    y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
+    metrics["disc_auc"] = roc_auc(y, s)
+    return metrics
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve as the Mann-Whitney statistic with tied scores at their average rank (what
+    sklearn's roc_auc_score computes, without needing scikit-learn: the loop runs on a bare GPU machine too).
+    NaN when only one class is present."""
+    y = np.asarray(labels) > 0
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, where, counts = np.unique(np.asarray(scores), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[where]  # 1-based, ties averaged
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,
+                   run_dir: Path, writers: list, step: int) -> None:  # fmt: skip
+    """Evaluate on the held-out set, log it, and update the collapse flag in `meta` and RUN/run.json."""
+    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast, train=data.train)
+    write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
+    if cfg.objective.kind != "electra":  # no discriminator to collapse
+        write_atomic(run_dir / "run.json", meta.to_json())
+        return
+    meta.collapse_streak = meta.collapse_streak + 1 if is_collapsed(metrics) else 0
+    if meta.collapse_streak >= cfg.train.collapse_patience:
+        if not meta.collapsed:
+            log.warning(
+                "step %d: the discriminator does not tell replaced from original tokens (eval recall %.3f, AUC %.3f "
+                "for %d evaluations). Early in a run this is the plateau where it predicts 'original' everywhere; "
+                "later it is a collapse (the study saw it with generators larger than recommended). Either way, "
+                "fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
+                metrics["disc_auc"], meta.collapse_streak,
+            )  # fmt: skip
+            meta.collapse_first_step = meta.collapse_first_step or step
+        meta.collapsed = True
+    elif meta.collapse_streak == 0:
+        meta.collapsed = False
+    write_atomic(run_dir / "run.json", meta.to_json())

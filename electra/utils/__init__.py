@@ -1,0 +1,1 @@
+"""Ground floor: atomic files, error types, failpoints, wording."""
