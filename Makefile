@@ -37,6 +37,7 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check electra tests
 	$(VENV)/bin/ruff format --check electra tests
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf runs .pytest_cache

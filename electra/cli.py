@@ -423,7 +423,8 @@ def _run_flops(args: argparse.Namespace) -> int:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    from electra.bench import DTYPES, BenchSettings
+    from electra.bench import BenchSettings
+    from electra.training.precision import DTYPES
 
     d = BenchSettings()
     sub = p.add_subparsers(dest="what", required=True)

@@ -13,6 +13,7 @@ from electra.config import load_config
 from electra.glue.heads import GlueModel
 from electra.modeling.electra import ElectraForPretraining, ElectraModel
 from electra.modeling.flops import finetune_step_flops, pretrain_step_flops
+from electra.training import timing
 from tests.helpers import cli_main, run_python
 
 TINY = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "2", "--warmup", "1", "--device", "cpu"]
@@ -70,7 +71,7 @@ def test_finetune_flops_formula_counts_the_glue_model(head):
 def test_hf_baseline_is_the_same_model_with_a_full_vocabulary_head():
     transformers = pytest.importorskip("transformers")  # noqa: F841
     cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "data.seq_len=32"])
-    gen, disc = bench.hf_models(cfg)
+    gen, disc = timing.hf_models(cfg)
     pair = torch.nn.ModuleList([gen, disc])
     ours = ElectraForPretraining(cfg.model, cfg.objective)
     # one shared embedding block and a tied output layer: the same parameter count as ours
@@ -78,7 +79,7 @@ def test_hf_baseline_is_the_same_model_with_a_full_vocabulary_head():
     assert gen.generator_lm_head.weight is disc.electra.embeddings.word_embeddings.weight
     assert sum(p.numel() for p in pair.parameters()) == sum(p.numel() for p in ours.parameters())
     # and the FLOPs of one forward + backward are the formula's with the head at every position
-    loss_fn = bench.hf_loss_fn(cfg, pair, torch.device("cpu"), "fp32")
+    loss_fn = timing.hf_loss_fn(cfg, pair, torch.device("cpu"), "fp32")
     batch = bench.synthetic_batch(cfg.model.vocab_size, 4, 32, torch.device("cpu"))
     with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
         loss_fn(*batch, torch.arange(4)).backward()
@@ -189,9 +190,10 @@ def test_the_bench_step_calls_the_model_as_the_loop_does(tmp_path, monkeypatch):
 def test_the_bench_turns_tf32_on_for_its_device_as_pretraining_does(monkeypatch):
     """The bench and the study's timing run the step with the matmul mode of the run (TF32 on Ampere and later)."""
     asked = []
-    monkeypatch.setattr(bench, "enable_tf32", lambda device: asked.append(device) or False)
+    for module in (bench, timing):  # the step is built in training/timing.py, the fine-tuning step in bench.py
+        monkeypatch.setattr(module, "enable_tf32", lambda device: asked.append(device) or False)
     cfg = load_config("tiny", ["data.seq_len=32"])
-    bench.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False)
+    timing.make_pretrain_step("ours", cfg, 4, torch.device("cpu"), "fp32", compile=False)
     settings = bench.BenchSettings(preset="tiny", batch_size=4, seq_len=32, device="cpu", steps=1, warmup=0)
     assert bench.bench_finetune(settings)["tf32"] is False
     assert asked == [torch.device("cpu")] * 2

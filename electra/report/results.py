@@ -25,11 +25,6 @@ from electra.modeling.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops,
 from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
 from electra.training.health import COLLAPSE_FALL, GATE_AUC, GATE_LOSS_MARGIN, GATE_MLM_MARGIN, is_collapsed
 
-# `collapse_patience` evaluations in a row. A small discriminator whose AUC climbs past the gate can still predict
-# 'original' for nearly every token at the 0.5 threshold (recall 0.03 at AUC 0.72: the `cpu` preset on English): it
-# ranks replaced tokens higher, which is what it learns, and is not a collapse.
-
-
 # The paper's metric per task (ELECTRA paper / OFF README), and WNLI, which the study added.
 TASK_METRIC = {
     "cola": "mcc",

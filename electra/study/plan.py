@@ -170,12 +170,12 @@ def finetune_step_seconds(cfg, spec, length: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    from electra.bench import sync, synthetic_batch
     from electra.config import load_finetune_config
     from electra.glue.heads import GlueModel
     from electra.glue.optim import build_optimizer
     from electra.modeling.electra import ElectraModel
     from electra.training.optim import clip_and_step
+    from electra.training.timing import sync, synthetic_batch
 
     ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
     dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))

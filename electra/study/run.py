@@ -207,7 +207,7 @@ def warn_unequal_generator_sweep(settings: list[Setting]) -> None:
 def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
     """Median seconds of the step `electra pretrain` will run for `cfg` on `device`: the loop's `train_step` in
     the precision, compile mode and micro-batches the run resolves (electra.training.loop.plan_step)."""
-    from electra.bench import sync
+    from electra.training.timing import sync
 
     step = calibration_step(cfg, device)
     warmup = 3 if step.settings["compile"] else 2  # type: ignore[attr-defined]
@@ -223,10 +223,10 @@ def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
 
 
 def calibration_step(cfg: PretrainConfig, device: str | None):
-    """`electra.bench.make_pretrain_step` set up as the run will be (one process, the whole batch)."""
-    from electra.bench import make_pretrain_step
+    """`electra.training.timing.make_pretrain_step` set up as the run will be (one process, the whole batch)."""
     from electra.training.loop import plan_step
     from electra.training.precision import resolve_device
+    from electra.training.timing import make_pretrain_step
 
     dev = resolve_device(device)
     plan = plan_step(cfg, cfg.train.batch_size, dev)

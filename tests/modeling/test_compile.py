@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from electra.bench import synthetic_batch
 from electra.config import load_config
 from electra.modeling.electra import build_model
 from electra.modeling.masking import mask_tokens
+from electra.training.timing import synthetic_batch
 from tests.helpers import MASK, SPECIAL
 
 NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]  # compiled dropout draws other random numbers
