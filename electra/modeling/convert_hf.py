@@ -18,7 +18,7 @@ from torch import Tensor
 from electra.config import ModelConfig, ObjectiveConfig, PretrainConfig
 from electra.modeling.electra import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("electra.hf_compat")  # the name it had before the move: what users see
 
 # (our prefix, HF prefix) per exported model and model family; checked in order, first match wins. Learned
 # positions export as transformers' ELECTRA; rotary positions as its RoFormer (Su et al. 2021), whose module and

@@ -40,7 +40,7 @@ from electra.config import ConfigError, PretrainConfig, load_config
 from electra.utils.files import write_json
 from electra.utils.wording import plural
 
-log = logging.getLogger("electra.study.run")
+log = logging.getLogger("electra.study")
 
 BUDGET_KINDS = ("steps", "flops", "seconds")
 CALIBRATION_STEPS = 5  # timed steps per setting for a seconds budget (after 2 untimed)

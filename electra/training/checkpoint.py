@@ -42,7 +42,7 @@ from electra.utils.files import (
     write_atomic,
 )
 
-log = logging.getLogger("electra.training.checkpoint")
+log = logging.getLogger("electra.checkpoint")
 
 CHECKPOINT_PREFIX = "step_"
 COMPLETE_MARKER = "COMPLETE"  # written last: a folder without it is an interrupted save

@@ -20,7 +20,7 @@ import torch
 
 from electra.utils.errors import InputError
 
-log = logging.getLogger("electra.training.precision")
+log = logging.getLogger("electra.devices")
 
 BF16_MIN_CUDA_CAPABILITY = (8, 0)  # Ampere: bf16 tensor cores; 7.x emulates bf16 (slower than fp32)
 CPU_BF16_MIN_HIDDEN = 256

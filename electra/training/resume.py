@@ -34,7 +34,7 @@ from electra.training.checkpoint import (
 from electra.utils.errors import DiskFullError
 from electra.utils.files import write_atomic
 
-log = logging.getLogger("electra.training.checkpoint")
+log = logging.getLogger("electra.checkpoint")
 
 # Settings that may change when a run is resumed: they do not alter what the run computes.
 RESUMABLE_CHANGES = {
