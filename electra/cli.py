@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -171,7 +172,20 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         return 128 + meta.stopped_by_signal
     status = "the discriminator collapsed: see run.json" if meta.collapsed else "ok"
     print(f"finished step {meta.step} ({status}); run folder {args.out}")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: once
+        print(held_out_line(args.out))
     return 0
+
+
+def held_out_line(run_dir: str) -> str:
+    """The run's last held-out numbers as the report's gate reads them (electra/report/results.py gate): MLM
+    accuracy and loss at [MASK] against token frequencies, the discriminator's AUC, and the gate's word."""
+    from electra.report.results import gate, read_pretrain_run
+
+    run = read_pretrain_run(run_dir)
+    verdict = gate(run)
+    step = f" at step {run.evals[-1]['step']:,}" if run.evals else ""
+    return f"held-out{step}: {'; '.join(verdict.reasons)}; the gate says: {verdict.word.upper()}"
 
 
 # -- glue -----------------------------------------------------------------------------------------------------
@@ -336,6 +350,9 @@ def _run_study(args: argparse.Namespace) -> int:
     except StudyStopped as err:
         print(f"electra study: {err}", file=sys.stderr)
         return 130
+    from electra.study.demo import verdict_lines
+
+    print("\n".join(verdict_lines(report.parent)))  # what the report allows one to say, as `make demo` ends
     print(f"report: {report / 'report.md'}")
     return 0
 
