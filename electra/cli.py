@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -70,8 +71,20 @@ def _run_tokenizer(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet,
                            read_options=_read_options(args))  # fmt: skip
-    print(f"wrote {path} ({load_tokenizer(path).get_vocab_size()} tokens) in {time.perf_counter() - start:.1f}s")
+    vocab = load_tokenizer(path).get_vocab()
+    print(f"wrote {path} ({len(vocab)} tokens) in {time.perf_counter() - start:.1f}s{_vocab_overshoot(vocab, args)}")
     return 0
+
+
+def _vocab_overshoot(vocab: dict[str, int], args: argparse.Namespace) -> str:
+    """Why a WordPiece vocabulary came out larger than --vocab-size: its trainer keeps every character of the
+    text's alphabet (each alone and as a ##continuation), whatever the size asked for; "" when it did not."""
+    if len(vocab) <= args.vocab_size:
+        return ""
+    chars = sum(len(t.removeprefix("##")) == 1 for t in vocab)
+    return (f"; {len(vocab) - args.vocab_size:,} more than --vocab-size {args.vocab_size:,}: WordPiece keeps every "
+            f"character of the text's alphabet ({chars:,} single-character entries here, ## forms included); "
+            "a byte-level BPE (--kind bpe) keeps the size")  # fmt: skip
 
 
 # -- data -----------------------------------------------------------------------------------------------------
@@ -86,6 +99,8 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
     workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
     p.add_argument("--workers", type=int, default=None, help=workers)
     p.add_argument("--overwrite", action="store_true", help="replace an existing, different prepared folder")
+    unknown = "prepare a corpus even when most of its tokens are [UNK] (the tokenizer cannot read it)"
+    p.add_argument("--allow-unknown-tokens", action="store_true", help=unknown)
     _add_quiet(p)
 
 
@@ -93,7 +108,7 @@ def _run_data(args: argparse.Namespace) -> int:
     from electra.data.prepare import prepare, summary
 
     meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet,
-                   read_options=_read_options(args))  # fmt: skip
+                   read_options=_read_options(args), allow_unknown_tokens=args.allow_unknown_tokens)  # fmt: skip
     print(summary(meta, args.out))
     return 0
 
@@ -157,7 +172,20 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         return 128 + meta.stopped_by_signal
     status = "the discriminator collapsed: see run.json" if meta.collapsed else "ok"
     print(f"finished step {meta.step} ({status}); run folder {args.out}")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: once
+        print(held_out_line(args.out))
     return 0
+
+
+def held_out_line(run_dir: str) -> str:
+    """The run's last held-out numbers as the report's gate reads them (electra/report/results.py gate): MLM
+    accuracy and loss at [MASK] against token frequencies, the discriminator's AUC, and the gate's word."""
+    from electra.report.results import gate, read_pretrain_run
+
+    run = read_pretrain_run(run_dir)
+    verdict = gate(run)
+    step = f" at step {run.evals[-1]['step']:,}" if run.evals else ""
+    return f"held-out{step}: {'; '.join(verdict.reasons)}; the gate says: {verdict.word.upper()}"
 
 
 # -- glue -----------------------------------------------------------------------------------------------------
@@ -322,6 +350,9 @@ def _run_study(args: argparse.Namespace) -> int:
     except StudyStopped as err:
         print(f"electra study: {err}", file=sys.stderr)
         return 130
+    from electra.study.demo import verdict_lines
+
+    print("\n".join(verdict_lines(report.parent)))  # what the report allows one to say, as `make demo` ends
     print(f"report: {report / 'report.md'}")
     return 0
 

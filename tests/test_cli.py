@@ -77,3 +77,22 @@ def test_counts_and_budgets_read_as_people_write_them(tmp_path):
     (study / "study.json").write_text(json.dumps(meta))
     header = (write_report([study]) / "report.md").read_text()
     assert "Budget per setting: flops=1.62e+11 (optimizer steps: electra: 1,200). Fine-tuned on rte" in header
+
+
+def test_pretrain_ends_with_the_held_out_numbers_and_the_gates_word(tmp_path, capsys):
+    """The last line: MLM accuracy and loss at [MASK] against token frequencies (nats), the discriminator's AUC,
+    the gate's word, the numbers of metrics.jsonl's last evaluation."""
+    import json
+
+    out = tmp_path / "run"
+    assert main(["pretrain", "--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--eval-every", "1000",
+                 "--set", "train.eval_batches=1", "--out", str(out), "--quiet"]) == 0  # fmt: skip
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    ev = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_disc_auc" in r][-1]
+    assert last.startswith("held-out at step 2: MLM at [MASK]: accuracy ")
+    assert (
+        f"accuracy {ev['eval_masked_accuracy']:.3f} vs most-frequent-token {ev['eval_mlm_majority_rate']:.3f}" in last
+    )
+    assert f"loss {ev['eval_masked_loss']:.3f} vs token frequencies {ev['eval_mlm_unigram_loss']:.3f} nats" in last
+    assert f"discriminator AUC {round(ev['eval_disc_auc'], 3)} not > 0.6" in last
+    assert last.endswith("the gate says: NEVER LEARNED")  # 2 steps learn nothing

@@ -113,6 +113,26 @@ def _tokenizer_json(tokenizer: str | Path) -> str:
     return load_tokenizer(path).to_str(pretty=True)
 
 
+UNK_WARN_RATE = 0.05
+"""Above this share of [UNK] tokens `data prepare` warns: English text under an English WordPiece has ~0.1%
+(symbols outside its alphabet); a few percent means text in a script the tokenizer was not trained on."""
+UNK_REFUSE_RATE = 0.5
+"""Above this share the corpus is refused (unless allow_unknown_tokens): a model pretrained on it learns to
+predict [UNK]. 200,000 CJK characters under an English WordPiece are 100% [UNK]."""
+
+
+def check_unknown_rate(meta: dict, inputs: list[str], allow_unknown_tokens: bool) -> None:
+    """Warn about, or refuse (InputError), a corpus whose tokens are mostly [UNK]: the tokenizer cannot read it."""
+    rate = meta.get("unk_rate")
+    if rate is None or rate <= UNK_WARN_RATE:
+        return
+    what = (f"{', '.join(inputs)}: {rate:.1%} of the tokens are [UNK] (the tokenizer cannot read this text; "
+            "a tokenizer trained on it can: electra tokenizer train)")  # fmt: skip
+    if rate > UNK_REFUSE_RATE and not allow_unknown_tokens:
+        raise InputError(f"{what}; refusing to prepare it (--allow-unknown-tokens forces it)")
+    log.warning("%s", what)
+
+
 def _check_existing(out: Path, tok_sha: str, fingerprint: str, overwrite: bool) -> dict | None:
     """The metadata of `out` if it is already this exact preparation; raise if it holds anything else."""
     if not out.exists() or overwrite:
@@ -143,9 +163,11 @@ def prepare(
     overwrite: bool = False,
     show_progress: bool = True,
     read_options: ReadOptions | None = None,
+    allow_unknown_tokens: bool = False,
 ) -> dict:
     """Tokenize `inputs` (read as `read_options` says, by default ReadOptions()) with `tokenizer` into `out_dir`;
-    returns the metadata written (or found up to date). Holds `out_dir`'s lock while it works."""
+    returns the metadata written (or found up to date). Holds `out_dir`'s lock while it works. A corpus mostly of
+    [UNK] tokens is refused unless `allow_unknown_tokens` (check_unknown_rate)."""
     start_time = time.perf_counter()
     read_options = read_options or ReadOptions()
     out = Path(out_dir)
@@ -165,6 +187,7 @@ def prepare(
         try:
             name = TOKENS_FILE
             meta = _tokenize(inputs, resolved, read_options, tok_json, tmp, workers, show_progress)
+            check_unknown_rate(meta, inputs, allow_unknown_tokens)  # before anything is kept
             for name, array in ((DOCS_FILE, meta.pop("_doc_offsets")), (LINES_FILE, meta.pop("_line_offsets"))):
                 buf = io.BytesIO()
                 np.save(buf, array)
@@ -198,7 +221,9 @@ def _tokenize(inputs: list[str], resolved, read_options: ReadOptions, tok_json: 
     from tokenizers import Tokenizer
     from tqdm import tqdm
 
-    vocab_size = Tokenizer.from_str(tok_json).get_vocab_size()
+    tok = Tokenizer.from_str(tok_json)
+    vocab_size, unk_id = tok.get_vocab_size(), tok.token_to_id("[UNK]")  # None: a byte-level BPE has no [UNK]
+    num_unk = 0
     dtype = np.dtype(np.uint16 if vocab_size <= UINT16_MAX_VOCAB else np.uint32)
     workers = workers or default_workers()
     stats = ReadStats()
@@ -220,7 +245,10 @@ def _tokenize(inputs: list[str], resolved, read_options: ReadOptions, tok_json: 
             empty_after_tokenizing += int((per_doc == 0).sum())
             doc_line_counts.append(per_doc[per_doc > 0])
             line_lengths.append(lengths[keep])
-            data = np.ascontiguousarray(ids, dtype=dtype).data
+            array = np.ascontiguousarray(ids, dtype=dtype)
+            if unk_id is not None:
+                num_unk += int(np.count_nonzero(array == unk_id))
+            data = array.data
             failpoint("prepare.write")
             f.write(data)  # (ndarray.tofile hides the errno)
             tokens_hash.update(data)
@@ -248,6 +276,8 @@ def _tokenize(inputs: list[str], resolved, read_options: ReadOptions, tok_json: 
         "sha256": {TOKENS_FILE: tokens_hash.hexdigest()},
         "bytes": stats.bytes,
         "empty_documents": stats.empty_documents + empty_after_tokenizing,
+        "unk_tokens": num_unk if unk_id is not None else None,
+        "unk_rate": round(num_unk / num_tokens, 6) if unk_id is not None else None,
         "replaced_invalid_utf8": stats.replaced_chars,
         "first_invalid_utf8": stats.first_replacement,
         "document_tokens": _length_stats(np.diff(doc_offsets)),
@@ -331,6 +361,8 @@ def summary(meta: dict, out: str | Path) -> str:
         f"{meta['bytes'] / 1e6:.1f} MB of text, prepared in {meta['elapsed_s']:.1f}s "
         f"({meta['tokens_per_s'] / 1e6:.2f}M tokens/s, {plural(meta['workers'], 'worker')})"
     )
+    if meta.get("unk_rate") is not None:  # None: a tokenizer without [UNK], or a folder prepared before the field
+        s += f"; [UNK] {meta['unk_rate']:.2%} of tokens"
     if meta["empty_documents"]:
         s += f"; {plural(meta['empty_documents'], 'empty document')} skipped"
     if meta["replaced_invalid_utf8"]:

@@ -221,21 +221,23 @@ def finish(out: Path, header: dict, worker_exit_codes: list[int]) -> SweepResult
         if zip_path is not None:
             also = f" (the server also needs: {', '.join(missing)})" if missing else ""
             print(f"GLUE submission: {zip_path}{also}")
-    print("\n".join(summary_lines(results, records, failed)))
     print(f"report: {out / 'results.md'} (also .json, .csv)")
+    print("\n".join(summary_lines(results, records, failed)))  # last: what the sweep gave
     return SweepResult(results, failed, worker_exit_codes)
 
 
 def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> list[str]:
-    """One line per task (its main metric: median ± std over seeds), the aggregate scores that are defined, and
-    the warnings: seeds at chance level, failed runs. The rest is in results.md."""
+    """One line per task (its main metric: median ± std over seeds, beside what a model that ignores its input
+    scores), the aggregate scores that are defined, and the warnings: seeds at chance level, failed runs. The rest
+    is in results.md."""
     main = {r["task"]: r.get("main_metric") for r in records}  # records before main_metric: the registry's
     lines = []
     for task, entry in results["tasks"].items():
         metric = main.get(task) or (TASKS[task].main_metric if task in TASKS else next(iter(entry["metrics"])))
         s = entry["metrics"][metric]
         seeds = plural(s["n"], "seed")
-        lines.append(f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds})")
+        lines.append(f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds}"
+                     f"{_chance(entry.get('chance'), metric)})")  # fmt: skip
     scores = [f"{style} {score:.2f}" for style, score in results["scores"].items() if score is not None]
     if scores:
         lines.append("GLUE scores: " + ", ".join(scores))
@@ -246,6 +248,15 @@ def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> lis
     if failed:
         lines.append(f"{plural(len(failed), 'run')} failed (non-finite loss); run the same sweep again to retry them")
     return lines
+
+
+def _chance(chance: dict | None, metric: str) -> str:
+    """ "; chance 50.00": the task's chance level (results.json's, electra/glue/report.py chance_summary), with its
+    metric where that is not the task's main one; "" for results written before it was recorded."""
+    if not chance:
+        return ""
+    named = "" if chance["metric"] == metric else f"{chance['metric']} "
+    return f"; chance {named}{chance['baseline']:.2f}"
 
 
 def summary_line(r: dict) -> str:

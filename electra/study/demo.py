@@ -130,22 +130,24 @@ def verdict_lines(study: Path) -> list[str]:
     (never learned, or collapsed)."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
-    by_name = {e.name: e for e in entries}
     lines = [f"\n== verdict at {CONFIDENCE:.0%} confidence (each task's mean over seeds, on "
              f"{', '.join(Path(t).name for t in tasks)})"]  # fmt: skip
-    base = by_name.get("none")
+    # by the runs' objective where a pretraining run is at hand (a study's names: kind=electra, ...), else by the
+    # demo's names (electra..., mlm, none)
+    base = next((e for e in entries if e.baseline or e.name == "none"), None)
     for e in entries:
         if e is base or base is None:
             continue
-        c = compare(e.name, e.glue, "none", base.glue, tasks, e.judge(), base.judge())
+        c = compare(e.name, e.glue, base.name, base.glue, tasks, e.judge(), base.judge())
         line = f"   {e.name}: " + c.sentence("pretraining helped", NO_HELP)
         verdict = e.judge()
         if verdict.learned is False:  # the gate's own word: a collapse is not a run that never learned
             line += f"; its pretraining {verdict.word} (" + "; ".join(verdict.reasons) + ")"
         lines.append(line)
-    electra = [e for e in entries if e.name.startswith("electra") and e.glue]
-    if "mlm" in by_name and by_name["mlm"].glue and electra:
+    electra = [e for e in entries if (e.kind == "electra" or e.name.startswith("electra")) and e.glue]
+    mlm = next((e for e in entries if (e.kind == "mlm" or e.name == "mlm") and e.glue), None)
+    if mlm is not None and electra:
         best = max(electra, key=lambda e: task_mean(e.glue, tasks) or -math.inf)
-        c = compare(best.name, best.glue, "mlm", by_name["mlm"].glue, tasks, best.judge(), by_name["mlm"].judge())
+        c = compare(best.name, best.glue, mlm.name, mlm.glue, tasks, best.judge(), mlm.judge())
         lines.append("   at equal FLOPs: " + c.sentence("ELECTRA beats MLM", "ELECTRA does NOT beat MLM"))
     return lines

@@ -93,6 +93,9 @@ class RunMeta:
     """CUDA: torch.cuda.max_memory_allocated of this session so far (GiB) ..."""
     memory_estimate_gb: float | None = None
     """... beside what --max-memory-gb's estimate (electra/training/memory.py) says for its micro-batch."""
+    data_digests: dict | None = None
+    """The corpus trained on: {"tokenizer_sha256", "tokens_sha256"} from its metadata.json (electra/data/corpus.py),
+    None for the built-in synthetic corpus or a run older than the field. A resume with another corpus is refused."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)

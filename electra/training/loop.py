@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from electra.config import ConfigError, PretrainConfig, temperature_at
+from electra.data.corpus import TOKENS_FILE, read_metadata
 from electra.data.pretraining_data import PretrainingData, open_pretraining_data
 from electra.data.tokenizer import TokenizerInfo
 from electra.modeling.electra import ElectraForPretraining, build_model
@@ -206,16 +207,19 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
     raw_model = build_model(cfg).to(dev)
     optimizer = build_optimizer(raw_model, t, dev)
     scaler = torch.amp.GradScaler(dev.type, enabled=precision.name == "fp16")
-    meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world), None
+    digests = corpus_digests(cfg.data.path)
+    meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world, data_digests=digests), None
     if resume is None:  # a GLUE sweep's or a study's folder is refused, as --resume auto refuses it
         training_state.refuse_other_kind_of_folder(run_dir)
     if resume is None and ckpt_io.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:
         where = run_dir if resume == "auto" else Path(resume)
-        restored = training_state.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world, dev)
+        restored = training_state.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world, dev,
+                                                         digests)  # fmt: skip
         if restored is not None:
             meta, loop_state = restored
+            meta.data_digests = digests  # an older checkpoint's None: recorded from now on
         training_state.check_same_resume_step(meta.step, where, rank, world)
     meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
     meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
@@ -232,6 +236,15 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
     special = torch.tensor(data.tokens.special_ids, device=dev)
     return Run(cfg, run_dir, rank, world, dev, data, raw_model, model, optimizer, scaler, meta, per_rank,
                per_rank // micro, autocast_for(precision.name, dev), precision, special, loop_state)  # fmt: skip
+
+
+def corpus_digests(path: str | None) -> dict | None:
+    """RunMeta.data_digests of the prepared folder `path` (None: the built-in synthetic corpus), from its
+    metadata.json, which open_corpus has checked against the files."""
+    if path is None:
+        return None
+    meta = read_metadata(Path(path))
+    return {"tokenizer_sha256": meta["tokenizer_sha256"], "tokens_sha256": (meta.get("sha256") or {}).get(TOKENS_FILE)}
 
 
 DDP_BUCKETS = 8

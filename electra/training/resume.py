@@ -141,6 +141,32 @@ def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, r
         dist.barrier()
 
 
+def check_same_corpus(ckpt: Path, saved: PretrainConfig, cfg: PretrainConfig, digests: dict | None) -> None:
+    """Raise CheckpointError when the checkpoint `ckpt` was trained on another corpus than the one whose digests
+    (RunMeta.data_digests) are `digests`: its token ids would mean other words, and RUN/tokenizer (the old one)
+    would be exported with the new weights. data.path may change (a corpus moved); the tokenizer's sha256 and
+    tokens.bin's sha256 may not. A checkpoint older than the recorded digests is resumed with a warning."""
+    try:
+        recorded = json.loads((ckpt / "state.json").read_text()).get("data_digests")
+    except (OSError, ValueError, AttributeError):
+        return  # an unreadable state.json is said when the checkpoint is loaded
+    if recorded == digests:
+        return
+    if recorded is None and saved.data.path is not None:
+        log.warning("%s records no corpus digests (written before they were): cannot check that %s is the corpus "
+                    "it was trained on (%s)", ckpt, cfg.data.path, saved.data.path)  # fmt: skip
+        return
+
+    def named(path, d: dict | None) -> str:
+        if d is None:
+            return "the built-in synthetic corpus"
+        return f"{path} (tokenizer sha256 {d['tokenizer_sha256'][:12]}, tokens {d['tokens_sha256'][:12]})"
+
+    raise CheckpointError(f"{ckpt} was trained on {named(saved.data.path, recorded)}, not on "
+                          f"{named(cfg.data.path, digests)}: refusing to resume on another corpus; give the run's "
+                          "own corpus, or another --out")  # fmt: skip
+
+
 def check_same_resume_step(step: int, run_dir: Path, rank: int, world: int) -> None:
     """Every rank resumes from the same step, or all raise: a node that does not see the run folder rank 0 wrote
     (no shared filesystem) would otherwise start from step 0 beside the others, silently (docs/multinode.md)."""
@@ -155,15 +181,17 @@ def check_same_resume_step(step: int, run_dir: Path, rank: int, world: int) -> N
 
 
 def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int,
-                           device: torch.device | str = "cpu") -> tuple[RunMeta, dict | None] | None:  # fmt: skip
+                           device: torch.device | str = "cpu", data_digests: dict | None = None,
+                           ) -> tuple[RunMeta, dict | None] | None:  # fmt: skip
     """Load the newest usable checkpoint of the run folder `path` (or the checkpoint `path`) into model,
     optimizer, scaler and RNG. Every file is checked against SHA256SUMS first; a damaged, edited or unreadable
     checkpoint is skipped with a warning naming the file, and the one before it is tried.
 
     Returns (meta, this rank's saved `loop_state` or None), or None when the run has no checkpoint yet. Raises
     CheckpointError when checkpoints exist but none is usable, or when the newest usable one was written with a
-    config that computes something else. Tensors load onto `device`, this rank's, wherever they were saved (a
-    checkpoint of rank 0 on cuda:0 would otherwise load onto cuda:0 in every rank)."""
+    config that computes something else, or on another corpus than `data_digests` (check_same_corpus). Tensors
+    load onto `device`, this rank's, wherever they were saved (a checkpoint of rank 0 on cuda:0 would otherwise
+    load onto cuda:0 in every rank)."""
     path = Path(path)
     candidates = [path] if (path / COMPLETE_MARKER).exists() else list_checkpoints(path)[::-1]
     problems = []
@@ -175,6 +203,7 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
             log.warning("skipping unreadable checkpoint %s: %s", ckpt, err)
             problems.append(str(err))
             continue
+        check_same_corpus(ckpt, saved, cfg, data_digests)
         diff = config_differences(saved, cfg)
         if diff:
             raise CheckpointError(

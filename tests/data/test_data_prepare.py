@@ -277,3 +277,46 @@ def test_the_summary_counts_its_workers_in_words():
     assert summary(meta, "c").endswith("(1.49M tokens/s, 1 worker)")
     assert summary({**meta, "workers": 2}, "c").endswith("(1.49M tokens/s, 2 workers)")
     assert summary({**meta, "empty_documents": 1}, "c").endswith("1 worker); 1 empty document skipped")
+
+
+@pytest.fixture(scope="module")
+def english_wordpiece(tmp_path_factory):
+    """A WordPiece trained on English only: its alphabet has no CJK character, so CJK text is all [UNK]."""
+    folder = tmp_path_factory.mktemp("wp")
+    text = folder / "english.txt"
+    text.write_text("\n".join(ENGLISH * 20) + "\n")
+    return train_tokenizer("wordpiece", 400, [str(text)], folder / "wp", show_progress=False).parent
+
+
+def test_a_corpus_the_tokenizer_cannot_read_is_refused_unless_forced(english_wordpiece, tmp_path, capsys):
+    """200,000 CJK characters under an English WordPiece: every token [UNK]. Refused in one line naming the file,
+    nothing kept; --allow-unknown-tokens prepares it with the rate in metadata.json and the summary line."""
+    cjk = _write(tmp_path / "cjk.txt", "\n".join("".join(chr(0x4E00 + (i + j) % 20000) for j in range(100))
+                                            for i in range(0, 200_000, 100)) + "\n")  # fmt: skip
+    out = tmp_path / "cjk"
+    args = ["data", "prepare", str(cjk), "--tokenizer", str(english_wordpiece), "--out", str(out), "--quiet"]
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(cjk) in err[0] and "100.0% of the tokens are [UNK]" in err[0], err
+    assert not out.exists() and not list(tmp_path.glob(".cjk.tmp-*"))
+    assert cli_main([*args, "--allow-unknown-tokens"]) == 0
+    meta = json.loads((out / META_FILE).read_text())
+    assert meta["unk_rate"] == 1.0 and meta["unk_tokens"] == meta["num_tokens"] == 200_000  # one per character
+    assert "[UNK] 100.00% of tokens" in capsys.readouterr().out
+
+
+def test_english_under_an_english_tokenizer_has_a_low_unknown_rate(english_wordpiece, tmp_path, caplog):
+    text = _write(tmp_path / "en.txt", "\n".join(ENGLISH + ["Zürich guests ☃ adopted it."]) + "\n")
+    meta = prepare([str(text)], english_wordpiece, tmp_path / "en", workers=1, show_progress=False)
+    assert meta["unk_tokens"] == 1 and 0 < meta["unk_rate"] < 0.05  # the snowman only
+    assert "[UNK]" not in caplog.text  # under the warning threshold
+
+
+def test_a_wordpiece_larger_than_asked_says_why(tmp_path, capsys):
+    text = _write(tmp_path / "cjk.txt", "".join(chr(0x4E00 + i) for i in range(400)) + "\n" + ENGLISH[0] + "\n")
+    assert cli_main(["tokenizer", "train", str(text), "--kind", "wordpiece", "--vocab-size", "300",
+                     "--out", str(tmp_path / "wp"), "--quiet"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    size = len(json.loads((tmp_path / "wp" / "tokenizer.json").read_text())["model"]["vocab"])
+    assert size > 400 and f"({size} tokens)" in out  # 400 CJK characters, each a word of its own
+    assert f"{size - 300:,} more than --vocab-size 300: WordPiece keeps every character" in out

@@ -32,8 +32,9 @@ def test_one_line_per_task_then_the_defined_scores():
     for line, task in zip(lines, [*GLUE_TASKS, "syn-agree"], strict=False):
         metric = TASKS[task].main_metric if task in TASKS else "accuracy"  # syn-agree's record names its own
         s = results["tasks"][task]["metrics"][metric]
+        chance = [] if metric == "accuracy" else ["accuracy"]  # the records' chance level is on accuracy
         assert line.split() == [task, metric, f"{s['median']:.2f}", "±", f"{s['std']:.2f}", "(median", "±", "std",
-                                "over", "3", "seeds)"]  # fmt: skip
+                                "over", "3", "seeds;", "chance", *chance, "50.00)"]  # fmt: skip
     scores = results["scores"]
     assert None not in scores.values()
     assert lines[10] == "GLUE scores: " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())

@@ -72,12 +72,16 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     assert "n/a (missing: sst2, qqp, qnli, wnli)" in md and "| rte | accuracy |" in md
     assert (out / "results.csv").read_text().splitlines()[0].startswith("task,metric,n,median")
     printed = capsys.readouterr().out
-    # a line per run, then a line per task (its main metric over the seeds) and the report's path, not the report
+    # a line per run, the report's path (not the report), then last a line per task: its main metric over the
+    # seeds and its chance level (MCC: 0; STS-B: Pearson 0, the metric its chance check uses)
     assert printed.count("] rte seed") == 2 and "## Aggregate scores" not in printed
-    summary = [line.split()[:2] for line in printed.splitlines() if line.endswith("(median ± std over 2 seeds)")]
+    lines = printed.splitlines()
+    summary = [line.split()[:2] for line in lines if "(median ± std over 2 seeds; chance " in line]
     assert summary == [["cola", "mcc"], ["mrpc", "accuracy"], ["stsb", "spearman"], ["mnli", "accuracy_m"],
                        ["rte", "accuracy"], ["syn-agree", "accuracy"]]  # fmt: skip
-    assert f"report: {out / 'results.md'}" in printed
+    report = lines.index(f"report: {out / 'results.md'} (also .json, .csv)")
+    assert lines[report + 1].startswith("cola ") and lines[report + 1].endswith("; chance 0.00)")
+    assert lines[report + 3].startswith("stsb ") and lines[report + 3].endswith("; chance pearson 0.00)")
 
     with zipfile.ZipFile(out / "glue_submission.zip") as z:
         names = sorted(z.namelist())

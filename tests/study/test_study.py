@@ -433,3 +433,24 @@ def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(
         batches = np.random.default_rng(1).choice(n, size=(2000, 32)).max(axis=1)  # the cpu/off recipe's batch
         assert lengths[t.task.name] < 128 and abs(lengths[t.task.name] - batches.mean()) <= 8.5, (t, batches.mean())
     assert plan.finetune_seconds == pytest.approx(3 * 2 * sum(6 * 1e-4 * lengths[t] for t in plan.tasks))
+
+
+def cli_args(out: Path, tasks: str) -> list[str]:
+    """`electra study` arguments of `spec(out, tasks)`."""
+    s = spec(out, tasks)
+    return ["study", "--out", str(out), "--base", "tiny", "--vary", s.vary[0], "--budget", s.budget, "--tasks", tasks,
+            "--seeds", "1", "--finetune-set", s.finetune_overrides[0], *[a for o in PRETRAIN for a in ("--set", o)],
+            "--quiet"]  # fmt: skip
+
+
+def test_the_study_ends_with_its_verdict_lines_and_the_reports_path(study, tasks, capsys):
+    """As `make demo` ends: the verdict (electra/study/demo.py verdict_lines), then the report's path."""
+    from electra.cli import main
+    from electra.study.demo import verdict_lines
+
+    assert main(cli_args(study, tasks)) == 0  # finished: nothing to run, the report rewritten
+    printed = capsys.readouterr().out.rstrip().splitlines()
+    expected = "\n".join(verdict_lines(study)).splitlines()
+    assert printed[-1] == f"report: {study / 'report' / 'report.md'}"
+    assert printed[-1 - len(expected) : -1] == expected
+    assert expected[1].startswith("== verdict at 95% confidence") and expected[2].startswith("   kind=electra: ")

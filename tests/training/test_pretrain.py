@@ -17,7 +17,17 @@ from electra.training.checkpoint import CheckpointError, list_checkpoints
 from electra.training.health import is_collapsed
 from electra.training.loop import pretrain
 from electra.training.step import NonFiniteError
-from tests.helpers import CLS, SEP, newest_weights, reseal_checkpoint, run_cli, start_cli, token_info, torchrun
+from tests.helpers import (
+    CLS,
+    SEP,
+    newest_weights,
+    prepared_synthetic_corpus,
+    reseal_checkpoint,
+    run_cli,
+    start_cli,
+    token_info,
+    torchrun,
+)
 
 FAST = ["train.batch_size=8", "train.log_every=2", "train.eval_every=1000", "train.eval_batches=1"]
 NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]
@@ -298,3 +308,33 @@ def test_ddp_keeps_gradients_in_its_buckets_and_sends_less_after_the_backward(tm
     assert pytorch[0][0] < 1.5  # PyTorch's small first bucket, which bucket_cap_mb gives up
     assert all("embeddings.word_embeddings.weight" in last for _, last in (ours[-1], pytorch[-1]))
     assert ours[-1][0] < 0.7 * pytorch[-1][0]  # 18.8 vs 27.8 MiB
+
+
+def _folder_state(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_on_another_corpus_is_refused_the_same_corpus_moved_resumes(tmp_path):
+    """Two corpora prepared with two tokenizers: --resume auto with the other one would train token ids that mean
+    other words (and export the old RUN/tokenizer with the new weights), so it is refused in one line naming both;
+    the run's own corpus moved to another folder (data.path changed) resumes."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = prepared_synthetic_corpus(tmp_path / "a", num_documents=40, vocab_size=300)
+    other = prepared_synthetic_corpus(tmp_path / "b", num_documents=50, vocab_size=300)
+    run = tmp_path / "run"
+    args = ["pretrain", "--config", "tiny", "--batch-size", "8", "--log-every", "2", "--eval-every", "1000",
+            "--set", "train.eval_batches=1", "--out", str(run)]  # fmt: skip
+    run_cli(*args, "--data", str(first), "--max-steps", "2", "--save-every", "2", check=True)
+    recorded = json.loads((run / "run.json").read_text())["data_digests"]
+    assert recorded["tokenizer_sha256"] == json.loads((first / "metadata.json").read_text())["tokenizer_sha256"]
+    before = _folder_state(run)
+    done = run_cli(*args, "--data", str(other), "--max-steps", "4", "--resume", "auto")
+    assert done.returncode != 0
+    error = [line for line in done.stderr.splitlines() if "refusing to resume on another corpus" in line]
+    assert len(error) == 1 and str(first) in error[0] and str(other) in error[0], done.stderr[-2000:]
+    assert _folder_state(run) == before  # nothing in the run folder changed
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    run_cli(*args, "--data", str(moved), "--max-steps", "4", "--resume", "auto", check=True)
+    assert json.loads((run / "run.json").read_text())["step"] == 4
