@@ -252,10 +252,11 @@ def ddp_bucket_mb(model: nn.Module, buckets: int = DDP_BUCKETS) -> float:
 
 def wrap_ddp(model: nn.Module, dev: torch.device) -> nn.parallel.DistributedDataParallel:
     """DDP with the gradients living in the buckets (gradient_as_bucket_view: no copy into them, less memory), in
-    about DDP_BUCKETS buckets."""
+    about DDP_BUCKETS buckets, and no broadcast of buffers before each forward: the model's buffers (the rotary
+    tables, the sampling temperature) are set alike on every rank and never changed by training."""
     return nn.parallel.DistributedDataParallel(
         model, device_ids=[dev.index] if dev.type == "cuda" else None, gradient_as_bucket_view=True,
-        bucket_cap_mb=ddp_bucket_mb(model),
+        bucket_cap_mb=ddp_bucket_mb(model), broadcast_buffers=False,
     )  # fmt: skip
 
 
