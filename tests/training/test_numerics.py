@@ -10,6 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from electra.modeling import electra as electra_model
+from electra.modeling.electra import RotaryPositions, rotate
 from electra.training.loop import wrap_ddp
 from electra.training.step import train_step
 from tests.helpers import masked, random_batch, tiny_model
@@ -81,3 +83,44 @@ def test_ddp_does_not_broadcast_buffers(tmp_path):
         assert wrap_ddp(tiny_model(), torch.device("cpu")).broadcast_buffers is False
     finally:
         dist.destroy_process_group()
+
+
+# -- fp32 where bf16 autocast would round ----------------------------------------------------------------------
+
+
+def test_sampling_under_bf16_autocast_draws_what_fp32_draws_from_the_same_hidden_states(monkeypatch):
+    """The generator's head and the sampler run in fp32 inside `forward` under bf16 autocast: the replacements
+    equal those drawn, with the same keys, from fp32 logits of the generator's (bf16-autocast) hidden states.
+    Logits rounded to bf16 (0.5 apart near 100) move some of the draws."""
+    torch.manual_seed(0)
+    model = tiny_model().train()
+    with torch.no_grad():
+        model.generator.lm_head_bias.copy_(100 + torch.randn(97))  # logits near 100: bf16 rounds them by up to 0.25
+    hidden, drawn = [], []
+    model.generator.electra.register_forward_hook(lambda mod, args, out: hidden.append(out))
+    real = electra_model.sample_replacements
+    monkeypatch.setattr(electra_model, "sample_replacements", lambda *a, **k: drawn.append(real(*a, **k)) or drawn[-1])
+    ids, attention, types = random_batch(B=16, T=32, seed=3)
+    m = masked(ids, attention, seed=3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids, attention.bool(), types, m)
+    (h,), (sampled,) = hidden, drawn
+    with torch.no_grad():
+        h = h.gather(1, m.positions[..., None].expand(-1, -1, h.shape[-1])).float()
+        logits = model.generator.logits(h, model.embeddings.word_embeddings.weight)
+    obj = model.objective
+    expected = real(logits, m.targets, m.keys, obj.temperature, obj.disallow_correct, obj.sampler)
+    assert sampled.numel() == 64 and torch.equal(sampled, expected)
+
+
+def test_rotary_positions_rotate_in_fp32_under_bf16_autocast():
+    """bf16 queries rotated with the model's tables under autocast equal the fp32 rotation of the same values,
+    rounded once to bf16 at the end (RoFormer's order); bf16 tables and products miss at many positions."""
+    tables = RotaryPositions(64, 512)(512)
+    q = torch.randn(2, 4, 512, 64, generator=torch.Generator().manual_seed(0)).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = rotate(q, tables)
+    cos, sin = tables
+    qf = q.float()
+    expected = (qf * cos + torch.stack((-qf[..., 1::2], qf[..., 0::2]), -1).flatten(-2) * sin).bfloat16()
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected)
