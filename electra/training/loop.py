@@ -350,10 +350,18 @@ def progress_fields(cfg: PretrainConfig, row: dict) -> dict[str, str]:
 
 
 def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> RunMeta:
-    """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints."""
-    cfg, t, meta = run.cfg, run.cfg.train, run.meta
+    """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints. The
+    stop vote's signal handlers are this function's only: the previous ones are back however it ends."""
     vote = StopVote(run.device, run.world)
     vote.listen()
+    try:
+        return _train(run, vote, loggers, progress)
+    finally:
+        vote.restore()
+
+
+def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -> RunMeta:
+    cfg, t, meta = run.cfg, run.cfg.train, run.meta
     writers = open_loggers(loggers, run.run_dir, cfg, resumed_at=meta.step) if run.main_process else []
     window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite, meta.scaler_backoffs)
     if run.loop_state is not None:
@@ -414,7 +422,6 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
     finally:
         prefetch.close()
         bar.close()
-        vote.restore()
         for w in writers:
             w.close()
     if run.main_process and meta.step == t.max_steps:

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from electra.config import load_config
 from electra.data.pretraining_data import PretrainingData
+from electra.training import loop
 from electra.training.checkpoint import CheckpointError, list_checkpoints
 from electra.training.health import is_collapsed
 from electra.training.loop import pretrain
@@ -298,3 +299,18 @@ def test_ddp_keeps_gradients_in_its_buckets_and_sends_less_after_the_backward(tm
     assert pytorch[0][0] < 1.5  # PyTorch's small first bucket, which bucket_cap_mb gives up
     assert all("embeddings.word_embeddings.weight" in last for _, last in (ours[-1], pytorch[-1]))
     assert ours[-1][0] < 0.7 * pytorch[-1][0]  # 18.8 vs 27.8 MiB
+
+
+def test_a_run_that_raises_before_its_loop_restores_the_signal_handlers(tmp_path, monkeypatch):
+    """The stop vote's handlers are installed at the start of `train`; an exception before the loop (here from
+    opening the loggers) still puts the previous SIGTERM and SIGINT handlers back."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no logger")
+
+    monkeypatch.setattr(loop, "open_loggers", broken)
+    cfg = load_config("tiny", FAST + ["train.max_steps=1"])
+    with pytest.raises(RuntimeError, match="no logger"):
+        pretrain(cfg, tmp_path / "run")
+    assert {s: signal.getsignal(s) for s in before} == before
