@@ -85,10 +85,13 @@ class RotaryPositions(nn.Module):
 
 
 def rotate(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-    """(B, nh, T, d) queries or keys rotated pairwise: x * cos + (-x_{2i+1}, x_{2i}) * sin."""
-    cos, sin = (t.to(x.dtype) for t in rope)
-    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
-    return x * cos + rotated * sin
+    """(B, nh, T, d) queries or keys rotated pairwise: x * cos + (-x_{2i+1}, x_{2i}) * sin, in fp32 whatever the
+    dtype of `x` (transformers' RoFormer rotates in fp32: bf16 tables and products lose the small angle differences
+    that the rotation encodes), cast back to the dtype of `x`."""
+    cos, sin = rope  # fp32 tables
+    xf = x.float()
+    rotated = torch.stack((-xf[..., 1::2], xf[..., 0::2]), dim=-1).flatten(-2)
+    return (xf * cos + rotated * sin).to(x.dtype)
 
 
 class SelfAttention(nn.Module):

@@ -265,10 +265,11 @@ def ddp_bucket_mb(model: nn.Module, buckets: int = DDP_BUCKETS) -> float:
 
 def wrap_ddp(model: nn.Module, dev: torch.device) -> nn.parallel.DistributedDataParallel:
     """DDP with the gradients living in the buckets (gradient_as_bucket_view: no copy into them, less memory), in
-    about DDP_BUCKETS buckets."""
+    about DDP_BUCKETS buckets, and no broadcast of buffers before each forward: the model's buffers (the rotary
+    tables, the sampling temperature) are set alike on every rank and never changed by training."""
     return nn.parallel.DistributedDataParallel(
         model, device_ids=[dev.index] if dev.type == "cuda" else None, gradient_as_bucket_view=True,
-        bucket_cap_mb=ddp_bucket_mb(model),
+        bucket_cap_mb=ddp_bucket_mb(model), broadcast_buffers=False,
     )  # fmt: skip
 
 
@@ -362,10 +363,18 @@ def progress_fields(cfg: PretrainConfig, row: dict) -> dict[str, str]:
 
 
 def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> RunMeta:
-    """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints."""
-    cfg, t, meta = run.cfg, run.cfg.train, run.meta
+    """The loop of `pretrain` over a `Run` that `setup` built: steps, log lines, evaluations and checkpoints. The
+    stop vote's signal handlers are this function's only: the previous ones are back however it ends."""
     vote = StopVote(run.device, run.world)
     vote.listen()
+    try:
+        return _train(run, vote, loggers, progress)
+    finally:
+        vote.restore()
+
+
+def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -> RunMeta:
+    cfg, t, meta = run.cfg, run.cfg.train, run.meta
     writers = open_loggers(loggers, run.run_dir, cfg, resumed_at=meta.step) if run.main_process else []
     window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite, meta.scaler_backoffs)
     if run.loop_state is not None:
@@ -427,7 +436,6 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
     finally:
         prefetch.close()
         bar.close()
-        vote.restore()
         for w in writers:
             w.close()
     if run.main_process and meta.step == t.max_steps:

@@ -5,11 +5,13 @@ CPU autocast in bf16 stands in for CUDA autocast."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from electra import bench
@@ -19,12 +21,13 @@ from electra.modeling.flops import parameter_count
 from electra.modeling.masking import sample_replacements
 from electra.study.run import calibration_step
 from electra.training import precision as devices
+from electra.training.batches import host_batch
 from electra.training.loop import micro_batch_size, plan_step, prefetch_batches, pretrain, setup, step_batches
 from electra.training.memory import LOGIT_COPIES, estimate_peak_bytes
 from electra.training.optim import learning_rate
 from electra.training.precision import DeviceError, choose_precision, cpu_native_bf16, resolve_device
 from electra.training.prefetch import Prefetcher
-from electra.training.step import Window, train_step
+from electra.training.step import Window, model_mask, train_step
 from electra.utils.errors import InputError
 from tests.helpers import masked, random_batch, tiny_model
 
@@ -334,7 +337,7 @@ def test_a_prefetch_error_is_raised_at_its_step_and_close_stops_the_thread():
 # -- SDPA without a mask --------------------------------------------------------------------------------------
 
 
-def test_a_batch_without_padding_gets_no_mask_and_the_same_attention(tmp_path):
+def test_a_batch_without_padding_gets_no_mask_and_the_same_attention(tmp_path, monkeypatch):
     cfg = load_config("tiny", [*FAST, "train.max_steps=1"])
     run = setup(cfg, tmp_path, device="cpu")
     try:
@@ -342,8 +345,6 @@ def test_a_batch_without_padding_gets_no_mask_and_the_same_attention(tmp_path):
     finally:
         run.lock.release()
     assert full["no_padding"] == bool(full["attention_mask"].all())
-    from electra.training.batches import host_batch
-    from electra.training.step import model_mask
 
     rows = {"input_ids": np.ones((2, 4), np.int64), "attention_mask": np.ones((2, 4), np.int64)}
     assert host_batch(rows, np.arange(2), pin=False)["no_padding"] is True
@@ -352,7 +353,38 @@ def test_a_batch_without_padding_gets_no_mask_and_the_same_attention(tmp_path):
 
     padded = {"attention_mask": torch.tensor([[1, 1, 0]]), "no_padding": False}
     assert model_mask(padded) is padded["attention_mask"] and model_mask({**padded, "no_padding": True}) is None
-    model = tiny_model().eval()
+
+    # through `train_step`: every attention call of a batch without padding gets no mask (SDPA may pick flash), of
+    # a padded batch the mask; 2 layers x (generator, discriminator) calls each
+    masks = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, attn_mask=None, **kwargs):
+        masks.append(attn_mask)
+        return sdpa(*args, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    model = tiny_model().train()
+    params = list(model.parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    for pad_from, no_padding in ((None, True), ([24, 24, 20], False)):
+        ids, attention, types = random_batch(B=3, T=24, pad_from=pad_from)
+        batch = {
+            "input_ids": ids,
+            "attention_mask": attention.bool(),
+            "token_type_ids": types,
+            "no_padding": no_padding,
+        }
+        masks.clear()
+        train_step(
+            model, optimizer, scaler, params, [batch], [masked(ids, attention)], 1, contextlib.nullcontext(), 1.0
+        )
+        assert len(masks) == 4
+        assert all(m is None for m in masks) if no_padding else all(m is not None and not m.all() for m in masks)
+
+    # and the attention without a mask is the one with the all-ones mask
+    model.eval()
     ids, attention, types = random_batch(B=3, T=24)
     with torch.no_grad():
         torch.testing.assert_close(model.discriminator_logits(ids, None, types),

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from electra.config import load_config
 from electra.data.pretraining_data import PretrainingData
+from electra.training import loop
 from electra.training.checkpoint import CheckpointError, list_checkpoints
 from electra.training.health import is_collapsed
 from electra.training.loop import pretrain
@@ -338,3 +339,18 @@ def test_resume_on_another_corpus_is_refused_the_same_corpus_moved_resumes(tmp_p
     first.rename(moved)
     run_cli(*args, "--data", str(moved), "--max-steps", "4", "--resume", "auto", check=True)
     assert json.loads((run / "run.json").read_text())["step"] == 4
+
+
+def test_a_run_that_raises_before_its_loop_restores_the_signal_handlers(tmp_path, monkeypatch):
+    """The stop vote's handlers are installed at the start of `train`; an exception before the loop (here from
+    opening the loggers) still puts the previous SIGTERM and SIGINT handlers back."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no logger")
+
+    monkeypatch.setattr(loop, "open_loggers", broken)
+    cfg = load_config("tiny", FAST + ["train.max_steps=1"])
+    with pytest.raises(RuntimeError, match="no logger"):
+        pretrain(cfg, tmp_path / "run")
+    assert {s: signal.getsignal(s) for s in before} == before
