@@ -293,11 +293,21 @@ def _study_label(folder: Path) -> str:
 
 
 def _distinct_names(entries: list[Entry]) -> None:
-    """Several studies in one report (a budget curve) share setting names: those become STUDY/NAME."""
+    """Several studies in one report (a budget curve) share setting names: those become STUDY/NAME. Lone runs or
+    sweeps in folders of one name (two `cpu` runs) become PARENT/NAME, with as many parent folders as tell them
+    apart, so that the tables, the figures' titles and their files name each one differently."""
     names = Counter(e.name for e in entries)
     for e in entries:
         if names[e.name] > 1 and e.study is not None:
             e.name = f"{e.study}/{e.name}"
+    lone = [e for e in entries if e.study is None and names[e.name] > 1]
+    folders = {id(e): (e.pretrain.path if e.pretrain is not None else e.glue_path) for e in lone}
+    for depth in range(2, 1 + max((len(f.resolve().parts) for f in folders.values() if f), default=0)):
+        named = {id(e): "/".join(folders[id(e)].resolve().parts[-depth:]) for e in lone if folders[id(e)]}
+        if len(set(named.values())) == len(named):
+            for e in lone:
+                e.name = named.get(id(e), e.name)
+            return
 
 
 # -- numbers ---------------------------------------------------------------------------------------------------
@@ -321,6 +331,33 @@ def task_stats(results: dict) -> dict[str, dict]:
         s = entry["metrics"].get(TASK_METRIC.get(task) or next(iter(entry["metrics"])))
         if s is not None:
             out[task] = s
+    return out
+
+
+def at_chance(results: dict, task: str) -> bool:
+    """Most of `task`'s seeds at chance level (results.json "chance", electra/glue/metrics.py)."""
+    chance = results.get("tasks", {}).get(task, {}).get("chance")
+    return chance is not None and chance["seeds_at_chance"] * 2 > chance["n"]
+
+
+def finetune_cap(e: Entry) -> int | None:
+    """`finetune.max_steps` of the model's GLUE sweep (its sweep.json), when fine-tuning was capped; else None."""
+    try:
+        return json.loads((e.glue_path / "sweep.json").read_text())["config"].get("max_steps")
+    except (OSError, TypeError, KeyError, json.JSONDecodeError):
+        return None
+
+
+def max_steps_changes(meta: dict) -> list[tuple[int, int]]:
+    """(step, max_steps) where a resumed session ran to another `train.max_steps` than the session before it
+    (run.json's sessions; runs that did not record it in their sessions show none): the learning-rate schedule
+    changed there."""
+    out, last = [], None
+    for s in meta.get("sessions") or []:
+        steps = s.get("max_steps")
+        if steps is not None and last is not None and steps != last:
+            out.append((s["start_step"], steps))
+        last = steps if steps is not None else last
     return out
 
 

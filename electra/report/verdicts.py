@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
-from electra.report.results import Gate, task_stats
+from electra.report.results import Gate, at_chance, task_stats
 from electra.utils.wording import plural
 
 CONFIDENCE = 0.95
@@ -110,16 +110,11 @@ def welch(tasks: list[tuple[dict, dict]]) -> tuple[float, float, float, float]:
     return delta, se, delta / se, variance**2 / sum(v**2 / dof for v, dof in terms if v > 0)
 
 
-def _at_chance(results: dict, task: str) -> bool:
-    chance = results.get("tasks", {}).get(task, {}).get("chance")
-    return chance is not None and chance["seeds_at_chance"] * 2 > chance["n"]
-
-
 def _better_at_chance(results_a: dict, a: float, results_b: dict, b: float, task: str) -> bool:
     """Is the model with the higher mean on `task` (`a`, `b`) at chance level there? On a tie, either."""
     if a == b:
-        return _at_chance(results_a, task) or _at_chance(results_b, task)
-    return _at_chance(results_a if a > b else results_b, task)
+        return at_chance(results_a, task) or at_chance(results_b, task)
+    return at_chance(results_a if a > b else results_b, task)
 
 
 def _rejected(name: str, gate: Gate | None) -> str | None:

@@ -78,9 +78,8 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             f"`{study.get('code_revision', 'unknown')}`.",
             "",
         ]
+    lines += [*_summary_heading(entries, tasks), ""]
     lines += [
-        f"## Summary: mean over {', '.join(tasks) or 'no common tasks'} (each task's median over seeds)",
-        "",
         "| model | objective | did pretraining learn? (held out) | task mean | vs. no pretraining |",
         "|---|---|---|---|---|",
     ]
@@ -110,6 +109,21 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
             "from a discriminator that has unlearned its task.",
         ]
     return lines + [""]
+
+
+def _summary_heading(entries: list[Entry], tasks: list[str]) -> list[str]:
+    """The Summary's heading, and a sentence where there is no task mean to show."""
+    if tasks:
+        return [f"## Summary: mean over {', '.join(tasks)} (each task's median over seeds)"]
+    with_glue = [e for e in entries if e.glue]
+    if not with_glue:
+        why = "No model has GLUE results yet, so the task mean column is empty."
+    elif len(with_glue) == 1:
+        why = f"Only {with_glue[0].name} has GLUE results, and none of its tasks has a score, so there is no task mean."
+    else:
+        why = ("No task was fine-tuned for every model with GLUE results, so there is no task mean to compare them "
+               "on (Table 2 has each model's tasks).")  # fmt: skip
+    return ["## Summary", "", why]
 
 
 def baseline_for(e: Entry, entries: list[Entry]) -> Entry | None:
@@ -276,7 +290,7 @@ def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[
         "",
         f"Ours (measured) and the ELECTRA paper's Table 1 points (quoted) {same}; dashed: no pretraining.",
         "",
-        *report_tables.efficiency_table(points, base_score, ours_average),
+        *report_tables.efficiency_table(points, base_score, ours_average, averaged),
     ]
 
 

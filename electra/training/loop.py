@@ -386,7 +386,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     meta.device = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else run.device.type
     meta.stopped_by_signal = None  # this session's, if any, is set below
     meta.sessions.append({"device": meta.device, "world_size": run.world, "start_step": meta.step,
-                          "start_seconds": meta.train_seconds})  # fmt: skip
+                          "start_seconds": meta.train_seconds, "max_steps": t.max_steps})  # fmt: skip
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
     prefetch = prefetch_batches(run, meta.step)
     try:

@@ -393,3 +393,51 @@ def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_t
     assert "crossover.png" in (report / "report.md").read_text()
     one = write_report([long], tmp_path / "one")  # one budget: no curve to draw
     assert not (one / "crossover.json").exists()
+
+
+def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_bounds_each_score(tmp_path):
+    """A task at chance level measures no pretraining: score per pfs-day averages the others (said under the
+    table), or says there are none; a capped fine-tuning and a `train.max_steps` changed on resume are marked next
+    to the score they bound, each with its line under the table."""
+    study = fake_study(tmp_path / "s", {"part": {}, "flat": {}, "none": {"rte": [50.0] * 3, "sst2": [50.0] * 3}})
+    glue = study / "runs"
+    scores = {"rte": [60.0, 62.0, 64.0], "sst2": [70.0, 72.0, 74.0]}
+    (glue / "part" / "glue" / "results.json").write_text(json.dumps(glue_results(scores, at_chance=("rte",))))
+    (glue / "flat" / "glue" / "results.json").write_text(json.dumps(glue_results(scores, at_chance=("rte", "sst2"))))
+    (glue / "part" / "glue" / "sweep.json").write_text(json.dumps({"model": "x", "config": {"max_steps": 200}}))
+    part = fake_pretrain_run(glue / "part" / "pretrain", 40)
+    session = {"device": "cpu", "world_size": 1, "start_seconds": 0.0}
+    (part / "run.json").write_text(json.dumps({"step": 40, "sessions": [
+        {**session, "start_step": 0, "max_steps": 20}, {**session, "start_step": 20, "max_steps": 40}]}))  # fmt: skip
+    fake_pretrain_run(glue / "flat" / "pretrain", 40)
+    text = (write_report([study]) / "report.md").read_text()
+    table = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}
+    _, _, _, _, pfs, score, per_pfs, _ = table[("part", "ours")]
+    assert score == "67.00 [1] [2]"  # the mean of both tasks' medians, 62 and 72
+    value, mark = per_pfs.rsplit(" ", 1)  # sst2's 72 only (pfs-days shown to 3 digits; 67 would be 7% off)
+    assert float(value.replace(",", "")) == pytest.approx(72.0 / float(pfs), rel=6e-3) and mark == "[3]"
+    assert table[("flat", "ours")][5:7] == ["67.00", "–, no task above chance"]
+    assert "[1] part: fine-tuning capped at 200 steps per task (`finetune.max_steps`), not the recipe's epochs." in text
+    assert "[2] part: `train.max_steps` changed to 40 on resume at step 20; the learning-rate schedule changed " \
+        "there." in text  # fmt: skip
+    assert "[3] part: score per pfs-day averages the tasks above chance only (sst2; rte at chance level, left " \
+        "out)." in text  # fmt: skip
+
+
+def test_a_summary_without_common_tasks_says_why_in_a_sentence(tmp_path):
+    study = fake_study(tmp_path / "s", {"electra": {"rte": [60.0] * 3}, "none": {"sst2": [50.0] * 3}})
+    text = (write_report([study]) / "report.md").read_text()
+    assert "no common tasks" not in text
+    assert "## Summary\n\nNo task was fine-tuned for every model with GLUE results, so there is no task mean to " \
+        "compare them on (Table 2 has each model's tasks).\n" in text  # fmt: skip
+
+
+def test_two_lone_runs_in_folders_of_one_name_are_named_apart_in_tables_and_figure_titles(tmp_path):
+    """Two runs both in folders named `cpu` (a/cpu, b/cpu): each table row and each figure's title names its own."""
+    runs = [fake_pretrain_run(tmp_path / side_ / "cpu", 10, LEARNED) for side_ in ("a", "b")]
+    report = write_report(runs, tmp_path / "report")
+    text = (report / "report.md").read_text()
+    names = [r[0] for r in rows(text, "### Table 1")]
+    assert names == ["a/cpu", "b/cpu"]
+    titles = sorted(side(report, f"dynamics-{n.replace('/', '-')}")["title"] for n in names)
+    assert titles == ["a/cpu (electra)", "b/cpu (electra)"]
