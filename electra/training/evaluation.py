@@ -43,31 +43,38 @@ def token_log_frequencies(train: ExampleSource, vocab_size: int, special_ids: tu
 
 
 def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
-             device: torch.device, autocast, train: ExampleSource | None = None) -> dict[str, float]:  # fmt: skip
+             device: torch.device, autocast, train: ExampleSource | None = None, chunk: int | None = None
+             ) -> dict[str, float]:  # fmt: skip
     """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC and
     what token frequencies alone score at the slots shown as [MASK] (compare `masked_accuracy` and `masked_loss`):
     `mlm_majority_rate`, the accuracy of always guessing the most frequent token there; `mlm_unigram_loss` (with
     `train`), the cross-entropy in nats of the training examples' token frequencies there: the plateau a masked LM
     sits on until it uses context; `mlm_unigram_entropy`, the entropy of those very slots' own frequencies, which no
     model fit on other text reaches (0.25 nats under `mlm_unigram_loss` with a 4096-token vocabulary and ~7,000
-    slots: a lower bound, not the plateau)."""
+    slots: a lower bound, not the plateau).
+
+    Runs under torch.inference_mode (no autograd graph: a 64-sequence graph of `base` is ~59 GiB) and `chunk`
+    sequences at a time (the run's micro-batch, which --max-memory-gb chose; None: whole batches). Masks are keyed
+    per example, so the chunks see exactly the slots the whole batch would."""
     was_training = model.training
     model.eval()
     special = torch.tensor(tokens.special_ids, device=device)
     size = min(cfg.train.batch_size, 64)
     totals = {k: 0.0 for k in STAT_NAMES}
     scores, labels, targets = [], [], []
-    for b in range(cfg.train.eval_batches):
-        ids = np.arange(b * size, (b + 1) * size, dtype=np.int64)
-        batch = batch_to_device(source.examples(ids), ids, device)
-        masked = masked_batch(cfg, tokens, batch, special)
-        with autocast:
-            out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked)
-        for k, v in out.stats.items():
-            totals[k] += v.item()
-        scores.append(out.disc_logits.float()[out.disc_mask].cpu())
-        labels.append(out.disc_labels[out.disc_mask].cpu())
-        targets.append(masked.targets[(masked.weights > 0) & masked.is_masked].cpu())
+    step = min(size, chunk or size)
+    with torch.inference_mode():
+        for start in range(0, cfg.train.eval_batches * size, step):  # the same examples as whole batches of `size`
+            ids = np.arange(start, min(start + step, cfg.train.eval_batches * size), dtype=np.int64)
+            batch = batch_to_device(source.examples(ids), ids, device)
+            masked = masked_batch(cfg, tokens, batch, special)
+            with autocast:
+                out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked)
+            for k, v in out.stats.items():
+                totals[k] += v.item()
+            scores.append(out.disc_logits.float()[out.disc_mask].cpu())
+            labels.append(out.disc_labels[out.disc_mask].cpu())
+            targets.append(masked.targets[(masked.weights > 0) & masked.is_masked].cpu())
     model.train(was_training)
     metrics = metrics_from_stats(totals)
     targets = torch.cat(targets)  # (slots shown as [MASK],)
@@ -97,9 +104,10 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 
 def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,
-                   run_dir: Path, writers: list, step: int) -> None:  # fmt: skip
-    """Evaluate on the held-out set, log it, and update the collapse flag in `meta` and RUN/run.json."""
-    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast, train=data.train)
+                   run_dir: Path, writers: list, step: int, chunk: int | None = None) -> None:  # fmt: skip
+    """Evaluate on the held-out set (`chunk` sequences at a time: the run's micro-batch), log it, and update the
+    collapse flag in `meta` and RUN/run.json."""
+    metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast, train=data.train, chunk=chunk)
     write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)
     if cfg.objective.kind != "electra":  # no discriminator to collapse
         write_atomic(run_dir / "run.json", meta.to_json())

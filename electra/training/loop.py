@@ -395,7 +395,7 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
             if done % t.eval_every == 0 or done == t.max_steps:
                 if run.main_process:
                     watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta,
-                                   run.run_dir, writers, done)  # fmt: skip
+                                   run.run_dir, writers, done, run.per_rank // run.accum)  # fmt: skip
                     failpoint("evaluate")
                 meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
             if signalled is not None:
