@@ -42,7 +42,6 @@ def token_log_frequencies(train: ExampleSource, vocab_size: int, special_ids: tu
         return torch.from_numpy(np.log(counts / counts.sum()))
 
 
-@torch.inference_mode()
 def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
              device: torch.device, autocast, train: ExampleSource | None = None, chunk: int | None = None
              ) -> dict[str, float]:  # fmt: skip
@@ -54,19 +53,19 @@ def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainC
     model fit on other text reaches (0.25 nats under `mlm_unigram_loss` with a 4096-token vocabulary and ~7,000
     slots: a lower bound, not the plateau).
 
-    No autograd graph is built (inference mode), and each held-out batch runs in forward passes of at most `chunk`
-    sequences (the run's micro-batch, which `--max-memory-gb` sized): the held-out set stays the same whatever the
-    micro-batch, and the sums add up to the same metrics."""
+    Runs under torch.inference_mode (no autograd graph: a 64-sequence graph of `base` is ~59 GiB) and `chunk`
+    sequences at a time (the run's micro-batch, which --max-memory-gb chose; None: whole batches). Masks are keyed
+    per example, so the chunks see exactly the slots the whole batch would."""
     was_training = model.training
     model.eval()
     special = torch.tensor(tokens.special_ids, device=device)
     size = min(cfg.train.batch_size, 64)
     totals = {k: 0.0 for k in STAT_NAMES}
     scores, labels, targets = [], [], []
-    chunk = min(size, chunk or size)
-    for start in range(0, cfg.train.eval_batches * size, size):
-        for first in range(start, start + size, chunk):
-            ids = np.arange(first, min(first + chunk, start + size), dtype=np.int64)
+    step = min(size, chunk or size)
+    with torch.inference_mode():
+        for start in range(0, cfg.train.eval_batches * size, step):  # the same examples as whole batches of `size`
+            ids = np.arange(start, min(start + step, cfg.train.eval_batches * size), dtype=np.int64)
             batch = batch_to_device(source.examples(ids), ids, device)
             masked = masked_batch(cfg, tokens, batch, special)
             with autocast:
@@ -106,7 +105,7 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,
                    run_dir: Path, writers: list, step: int, chunk: int | None = None) -> None:  # fmt: skip
-    """Evaluate on the held-out set (in forward passes of at most `chunk` sequences), log it, and update the
+    """Evaluate on the held-out set (`chunk` sequences at a time: the run's micro-batch), log it, and update the
     collapse flag in `meta` and RUN/run.json."""
     metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast, train=data.train, chunk=chunk)
     write_metrics(run_dir, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}, writers)

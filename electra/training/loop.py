@@ -416,9 +416,8 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
                     bar.set_postfix(progress_fields(cfg, row))
             if done % t.eval_every == 0 or done == t.max_steps:
                 if run.main_process:
-                    micro = run.per_rank // run.accum  # the forward pass the memory budget sized
                     watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta,
-                                   run.run_dir, writers, done, chunk=micro)  # fmt: skip
+                                   run.run_dir, writers, done, run.per_rank // run.accum)  # fmt: skip
                     failpoint("evaluate")
                 meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
             if signalled is not None:
