@@ -8,6 +8,7 @@ values and calls the library function that does the work. Only the chosen comman
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -125,7 +126,9 @@ PRETRAIN_FLAGS = {
 
 
 def _add_pretrain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="small", help="a preset (tiny, small, small++, base, large) or a YAML file")
+    from electra.config import preset_names
+
+    p.add_argument("--config", default="small", help=f"a preset ({', '.join(preset_names())}) or a YAML file")
     p.add_argument("--data", help="a folder from `electra data prepare` (default: the built-in synthetic corpus)")
     p.add_argument("--out", required=True, help="the run folder")
     p.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
@@ -573,6 +576,23 @@ COMMANDS: dict[str, Handlers] = {
 }
 
 
+def _flag_suggestion(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """The "; did you mean --vocab-size?" for the first unknown --flag close to one of the subcommand's options
+    (its sub-subcommands' too: `tokenizer train`); "" when none is close."""
+    options, parsers = [], [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            options += [o for o in action.option_strings if o.startswith("--")]
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.values())
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -592,7 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     help_text, add, run = COMMANDS[name]
     parser = argparse.ArgumentParser(prog=f"electra {name}", description=help_text)
     add(parser)
-    args = parser.parse_args(argv[1:])
+    args, unknown = parser.parse_known_args(argv[1:])
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{_flag_suggestion(parser, unknown)}")
     try:
         return run(args) or 0
     except KeyboardInterrupt:
