@@ -8,6 +8,7 @@ values and calls the library function that does the work. Only the chosen comman
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -125,7 +126,9 @@ PRETRAIN_FLAGS = {
 
 
 def _add_pretrain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="small", help="a preset (tiny, small, small++, base, large) or a YAML file")
+    from electra.config import preset_names
+
+    p.add_argument("--config", default="small", help=f"a preset ({', '.join(preset_names())}) or a YAML file")
     p.add_argument("--data", help="a folder from `electra data prepare` (default: the built-in synthetic corpus)")
     p.add_argument("--out", required=True, help="the run folder")
     p.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
@@ -220,6 +223,14 @@ def _field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+GLUE_DIRS_HELP = f"; repeatable, or folders joined by {os.pathsep!r}: each task from the first that holds it"
+
+
+def _glue_dirs(folders: list[str] | None) -> str | None:
+    """--glue-dir given once or more -> the os.pathsep-joined folders electra/glue/tasks.py glue_roots reads."""
+    return os.pathsep.join(folders) if folders else None
+
+
 def _add_glue(p: argparse.ArgumentParser) -> None:
     import typing
 
@@ -236,7 +247,7 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
         "save_to_disk (rte/) or as the hub repo's Parquet files (rte/train-00000-of-00001.parquet, ...); default: "
         "nyu-mll/glue from the hub (offline, HF_HUB_OFFLINE=1: from the local datasets cache)"
     )
-    p.add_argument("--glue-dir", default=None, help=glue_dir)
+    p.add_argument("--glue-dir", action="append", default=None, help=glue_dir + GLUE_DIRS_HELP)
     p.add_argument("--seeds", default="5", help="N for seeds 0..N-1, or a comma list of seeds (default 5)")
     p.add_argument("--out", required=True, help="output folder; rerunning with the same folder resumes")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder, if none comes with the model")
@@ -291,7 +302,7 @@ def _run_glue(args: argparse.Namespace) -> int:
     flags = [f"finetune.{key}={json.dumps(getattr(args, dest))}" for dest, key in GLUE_FLAGS.items()
              if getattr(args, dest) is not None]  # fmt: skip
     spec = SweepSpec(
-        out=args.out, model=args.model, tasks=args.tasks.split(","), glue_dir=args.glue_dir,
+        out=args.out, model=args.model, tasks=args.tasks.split(","), glue_dir=_glue_dirs(args.glue_dir),
         seeds=_parse_seeds(args.seeds), tokenizer=args.tokenizer, recipe=args.recipe,
         finetune=load_finetune_config(args.recipe, flags + args.set), device=args.device,
         devices=args.devices.split(",") if args.devices else [], num_workers=args.num_workers,
@@ -320,7 +331,8 @@ def _add_study(p: argparse.ArgumentParser) -> None:
                    help="per setting: steps[=N] (default: the preset's max_steps), flops=F (official ELECTRA "
                    "accounting) or seconds=S (timed on this device first)")  # fmt: skip
     p.add_argument("--tasks", default=d.tasks, help="GLUE tasks and/or task folders (default: sst2,mrpc,rte,wnli)")
-    p.add_argument("--glue-dir", default=None, help="GLUE data in the original TSV layout")
+    p.add_argument("--glue-dir", action="append", default=None,
+                   help="GLUE data in the original TSV layout" + GLUE_DIRS_HELP)  # fmt: skip
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
     p.add_argument("--recipe", default=d.recipe, help="fine-tuning recipe (default: off)")
     p.add_argument("--finetune-set", action="append", default=[], metavar="finetune.KEY=VALUE",
@@ -340,7 +352,7 @@ def _run_study(args: argparse.Namespace) -> int:
     spec = StudySpec(
         out=args.out, base=args.base, overrides=args.set, vary=args.vary, settings=args.setting, budget=args.budget,
         data=args.data,
-        tasks=args.tasks, glue_dir=args.glue_dir, seeds=_parse_seeds(args.seeds), recipe=args.recipe,
+        tasks=args.tasks, glue_dir=_glue_dirs(args.glue_dir), seeds=_parse_seeds(args.seeds), recipe=args.recipe,
         finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
         device=args.device, loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
         progress=not args.quiet,
@@ -574,6 +586,23 @@ COMMANDS: dict[str, Handlers] = {
 }
 
 
+def _flag_suggestion(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """The "; did you mean --vocab-size?" for the first unknown --flag close to one of the subcommand's options
+    (its sub-subcommands' too: `tokenizer train`); "" when none is close."""
+    options, parsers = [], [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            options += [o for o in action.option_strings if o.startswith("--")]
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.values())
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -593,7 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     help_text, add, run = COMMANDS[name]
     parser = argparse.ArgumentParser(prog=f"electra {name}", description=help_text)
     add(parser)
-    args = parser.parse_args(argv[1:])
+    args, unknown = parser.parse_known_args(argv[1:])
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{_flag_suggestion(parser, unknown)}")
     try:
         return run(args) or 0
     except KeyboardInterrupt:

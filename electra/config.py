@@ -310,6 +310,14 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
+KEY_ALIASES = {
+    "learning_rate": "lr", "num_train_steps": "max_steps", "num_warmup_steps": "warmup_steps",
+    "train_batch_size": "batch_size", "max_seq_length": "seq_len",
+}  # fmt: skip
+"""The names google-research/electra's configure_pretraining.py and configure_finetuning.py give our keys: a
+misspelled key that is one of them is told the key it means ("did you mean 'train.lr'?")."""
+
+
 def merge(obj: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     """Return a copy of dataclass `obj` with the values of `raw` applied, type-checked."""
     if not isinstance(raw, dict):
@@ -320,7 +328,8 @@ def merge(obj: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1)
+            alias = KEY_ALIASES.get(str(key))
+            close = [alias] if alias in fields else difflib.get_close_matches(str(key), fields, n=1)
             hint = f"did you mean {prefix + close[0]!r}? " if close else ""
             raise ConfigError(f"{source}: unknown key {name!r}; {hint}valid keys here: {sorted(fields)}")
         current = getattr(obj, key)

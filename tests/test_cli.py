@@ -96,3 +96,47 @@ def test_pretrain_ends_with_the_held_out_numbers_and_the_gates_word(tmp_path, ca
     assert f"loss {ev['eval_masked_loss']:.3f} vs token frequencies {ev['eval_mlm_unigram_loss']:.3f} nats" in last
     assert f"discriminator AUC {round(ev['eval_disc_auc'], 3)} not > 0.6" in last
     assert last.endswith("the gate says: NEVER LEARNED")  # 2 steps learn nothing
+
+
+def test_pretrain_help_lists_the_presets_folder(capsys):
+    from electra.config import PRESET_DIR
+
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps after a hyphen
+    names = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    assert {"cpu", "small-study", "tiny"} <= set(names)
+    assert f"a preset ({', '.join(names)}) or a YAML file" in text
+
+
+@pytest.mark.parametrize("flag", [["--vocab-sise", "4096"], ["--vocab-sise=4096"]])
+def test_a_misspelled_flag_gets_a_did_you_mean(flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["tokenizer", "train", "in.txt", "--out", "x", *flag])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"electra tokenizer: error: unrecognized arguments: {' '.join(flag)}; did you mean --vocab-size?"
+
+
+def test_a_key_named_as_the_original_code_names_it_gets_ours():
+    """google-research/electra's learning_rate is our lr: difflib finds nothing that close, the alias does."""
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.learning_rate'; did you mean 'train\.lr'\?"):
+        load_config("tiny", ["train.learning_rate=1e-3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.num_train_steps'; did you mean 'train\.max_steps'\?"):
+        load_config("tiny", ["train.num_train_steps=3"])
+
+
+def test_glue_on_a_missing_cuda_is_refused_before_any_data_is_read_in_pretrains_words(tmp_path, capsys):
+    """No GLUE folder exists: the device is checked first, with the words of `electra pretrain --device cuda`."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    missing = tmp_path / "no-such-glue"
+    assert main(["glue", "--model", str(tmp_path), "--tasks", "rte", "--glue-dir", str(missing), "--device", "cuda",
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 2  # fmt: skip
+    glue_err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--device cuda: no CUDA device is visible" in glue_err and str(missing) not in glue_err
+    assert main(["pretrain", "--config", "tiny", "--device", "cuda", "--out", str(tmp_path / "run")]) == 2
+    pretrain_err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert glue_err.split(": ", 1)[1] == pretrain_err.split(": ", 1)[1]

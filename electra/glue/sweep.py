@@ -43,6 +43,7 @@ from electra.glue.submission import write_submission
 from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
 from electra.modeling.hub import model_identity
 from electra.training.loop import keep_freed_memory_in_heap
+from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.wording import plural
@@ -146,6 +147,8 @@ def check_spec(spec: SweepSpec) -> None:
         raise ValueError("num_workers and stop_after must be at least 1")
     check_trackers(spec.loggers)
     validate_finetune(spec.finetune)
+    for device in spec.devices or [spec.device]:  # before any data is read, in `electra pretrain`'s words
+        resolve_device(device)
 
 
 def load_data(tasks: list[TaskSpec], cfg: FinetuneConfig) -> dict[str, TaskData]:
@@ -359,12 +362,9 @@ def pid_alive(pid: int) -> bool:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name}: CUDA is not available")
-    return device
+    """`auto`: CUDA when there is one, else the CPU; a device asked for that is not there is refused as `electra
+    pretrain` refuses it (electra/training/precision.py resolve_device, DeviceError)."""
+    return resolve_training_device(None if name == "auto" else name)
 
 
 WORKER_POLL_SECONDS = 1.0

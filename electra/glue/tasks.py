@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -273,10 +274,10 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
     tasks to run, and the GLUE tasks of `all` skipped because their data is not in `glue_dir`.
 
     A task named explicitly whose folder or files are missing is an error; `all` means all that have data.
+    `glue_dir` may name several folders, os.pathsep-separated (glue_roots): each task is taken from the first
+    that holds it, so tasks kept in different places need no folder of symlinks.
     """
-    glue_root = Path(glue_dir) if glue_dir is not None else None
-    if glue_root is not None and not glue_root.is_dir():
-        raise FileNotFoundError(f"{glue_root}: --glue-dir is not a folder")
+    roots = glue_roots(glue_dir)
     items = [x.strip() for x in (names.split(",") if isinstance(names, str) else names) if x.strip()]
     if not items:
         raise ValueError("no tasks given (--tasks is empty)")
@@ -285,7 +286,7 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
     for item in items:
         if item.lower() == "all":
             for name in GLUE_TASKS:
-                spec = _glue_spec(TASKS[name], glue_root, strict=False)
+                spec = _glue_spec_in(TASKS[name], roots, strict=False)
                 if spec is None:
                     skipped.append(name)
                 else:
@@ -294,7 +295,7 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
             task = TASKS[item.lower()]
             if task.train is None:
                 raise ValueError(f"{item}: a test-only diagnostic set; run mnli with --predict-test to predict it")
-            specs.append(_glue_spec(task, glue_root, strict=True))
+            specs.append(_glue_spec_in(task, roots, strict=True))
         elif (Path(item) / "task.json").exists():
             folder = Path(item).resolve()
             task = load_custom_task(folder)
@@ -309,6 +310,30 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
             raise ValueError(f"task {spec.task.name!r} is listed twice in --tasks")
         seen.add(spec.task.name)
     return specs, skipped
+
+
+def glue_roots(glue_dir: str | Path | None) -> list[Path | None]:
+    """The GLUE folders of `glue_dir`: one, or several joined by os.pathsep (`--glue-dir` given more than once);
+    [None] for the hub. A name that is not a folder fails in one line."""
+    if glue_dir is None:
+        return [None]
+    roots = [Path(p) for p in str(glue_dir).split(os.pathsep) if p]
+    for root in roots:
+        if not root.is_dir():
+            raise FileNotFoundError(f"{root}: --glue-dir is not a folder")
+    return roots or [None]
+
+
+def _glue_spec_in(task: Task, roots: list[Path | None], strict: bool) -> TaskSpec | None:
+    """`task` from the first of `roots` that holds its data; strict: missing everywhere is an error (naming the
+    first folder's missing files, or all the folders)."""
+    for root in roots:
+        spec = _glue_spec(task, root, strict=False)
+        if spec is not None:
+            return spec
+    if strict and len(roots) > 1:
+        raise FileNotFoundError(f"{task.name}: no data in any --glue-dir ({', '.join(map(str, roots))})")
+    return _glue_spec(task, roots[0], strict) if strict else None
 
 
 def _glue_spec(task: Task, glue_root: Path | None, strict: bool) -> TaskSpec | None:

@@ -251,6 +251,20 @@ def spec_differences(saved: dict, spec: StudySpec) -> list[str]:
             if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]]  # fmt: skip
 
 
+EXTENDABLE = ("seeds", "tasks")
+"""What a rerun may add to a finished study: its pretraining is unchanged, and the sweeps fine-tune only the new
+(task, seed) runs (a sweep's folder is keyed by model and recipe, not by its seeds or tasks)."""
+
+
+def extends(saved: dict, spec: StudySpec) -> bool:
+    """Whether `spec` asks for the study `saved` (study.json's spec) with more seeds and/or tasks, nothing else."""
+    asked = dataclasses.asdict(spec)
+    changed = {k for k in asked if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]}
+    if not changed or not changed <= set(EXTENDABLE) or "seeds" not in saved or "tasks" not in saved:
+        return False
+    return set(saved["seeds"]) <= set(spec.seeds) and set(saved["tasks"].split(",")) <= set(spec.tasks.split(","))
+
+
 def run_dir(spec: StudySpec, setting: Setting) -> Path:
     return Path(spec.out) / "runs" / setting.name
 
@@ -264,9 +278,15 @@ def start(spec: StudySpec) -> list[Setting]:
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["fingerprint"] != fingerprint(spec):
-            changed = "; ".join(spec_differences(saved.get("spec", {}), spec)) or "the fingerprint's fields"
-            raise ConfigError(f"{path}:1: this folder holds a study with other settings ({changed}); use another "
-                              "--out, or the same options to continue it")  # fmt: skip
+            if not extends(saved.get("spec", {}), spec):
+                changed = "; ".join(spec_differences(saved.get("spec", {}), spec)) or "the fingerprint's fields"
+                raise ConfigError(f"{path}:1: this folder holds a study with other settings ({changed}); use "
+                                  "another --out, the same options to continue it, or more --seeds / --tasks "
+                                  "to extend it")  # fmt: skip
+            log.info("%s: extending the study (%s); only the new fine-tuning runs are run", path,
+                     "; ".join(spec_differences(saved["spec"], spec)))  # fmt: skip
+            write_json(path, {**saved, "fingerprint": fingerprint(spec), "spec": dataclasses.asdict(spec),
+                              "tasks": spec.tasks.split(","), "seeds": spec.seeds}, indent=1)  # fmt: skip
         return [Setting(**s["setting_state"]) for s in saved["settings"]]
     settings = grid(spec)
     assign_steps(spec, settings)

@@ -251,3 +251,33 @@ def test_dynamic_padding_and_length_sorted_eval_batches(tok):
     lengths = [f.lengths[b].tolist() for b in batches]
     assert lengths == [[14, 11, 9], [8, 5, 4], [3]]
     assert sorted(np.concatenate(batches).tolist()) == list(range(7))
+
+
+def test_glue_dir_takes_several_folders_each_task_from_the_first_that_holds_it(tmp_path):
+    """RTE kept in one folder and WNLI in another: `--glue-dir A --glue-dir B` (or A:B) finds both."""
+    import argparse
+    import os
+    import shutil
+
+    from electra.cli import COMMANDS, _glue_dirs
+
+    full = write_glue(tmp_path / "glue")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copytree(full / "RTE", a / "RTE")
+    shutil.copytree(full / "WNLI", b / "WNLI")
+    shutil.copytree(full / "RTE", b / "RTE")  # also in B: A's, the first, is taken
+    parser = argparse.ArgumentParser()
+    COMMANDS["glue"][1](parser)
+    args = parser.parse_args(["--out", "x", "--glue-dir", str(a), "--glue-dir", str(b)])
+    joined = _glue_dirs(args.glue_dir)
+    assert joined == f"{a}{os.pathsep}{b}"
+    specs, _ = resolve_tasks("rte,wnli", joined)
+    assert [(s.task.name, s.root.parent) for s in specs] == [("rte", a), ("wnli", b)]
+    specs, skipped = resolve_tasks("all", joined)
+    assert [s.task.name for s in specs] == ["rte", "wnli"] and "cola" in skipped
+    with pytest.raises(FileNotFoundError, match=r"cola: no data in any --glue-dir \(.*a, .*b\)"):
+        resolve_tasks("cola", joined)
+    with pytest.raises(FileNotFoundError, match="--glue-dir is not a folder"):
+        resolve_tasks("rte", f"{a}{os.pathsep}{tmp_path / 'missing'}")

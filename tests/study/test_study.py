@@ -454,3 +454,27 @@ def test_the_study_ends_with_its_verdict_lines_and_the_reports_path(study, tasks
     assert printed[-1] == f"report: {study / 'report' / 'report.md'}"
     assert printed[-1 - len(expected) : -1] == expected
     assert expected[1].startswith("== verdict at 95% confidence") and expected[2].startswith("   kind=electra: ")
+
+
+def test_more_seeds_and_tasks_extend_a_finished_study_fine_tuning_only_what_is_new(tmp_path, tasks):
+    """`--seeds 2` after `--seeds 1` (and a task more): no pretraining rerun, the finished fine-tuning runs kept,
+    only the new (task, seed) runs fine-tuned. Fewer seeds or another pretraining setting are still refused."""
+    out = tmp_path / "s"
+    first, *more = tasks.split(",")
+    one = spec(out, first, vary=["objective.kind=electra,none"])
+    run_study(one)
+    pretrain = out / "runs" / "kind=electra" / "pretrain"
+    kept = {p: p.stat().st_mtime_ns for p in [*pretrain.rglob("*.safetensors"), pretrain / "run.json",
+                                              *out.rglob("result.json")]}  # fmt: skip
+    run_study(spec(out, tasks, vary=one.vary, seeds=[0, 1]))
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # nothing redone
+    for name in ("kind=electra", "kind=none"):
+        results = json.loads((out / "runs" / name / "glue" / "results.json").read_text())
+        assert sorted(results["tasks"]) == sorted(Path(t).name for t in tasks.split(","))
+        assert all(next(iter(t["metrics"].values()))["n"] == 2 for t in results["tasks"].values())
+    saved = json.loads((out / "study.json").read_text())
+    assert saved["seeds"] == [0, 1] and saved["tasks"] == tasks.split(",")
+    with pytest.raises(ConfigError, match=r"other settings \(seeds: \[0, 1\] -> \[0\]\)"):
+        run_study(spec(out, tasks, vary=one.vary, seeds=[0]))
+    with pytest.raises(ConfigError, match=r"other settings \(budget: 'flops=6e9' -> 'flops=7e9'\)"):
+        run_study(spec(out, tasks, vary=one.vary, seeds=[0, 1], budget="flops=7e9"))
