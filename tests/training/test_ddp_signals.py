@@ -21,8 +21,9 @@ import torch.multiprocessing as mp
 from electra.training import stopping
 from electra.training.checkpoint import CheckpointError, list_checkpoints
 from electra.training.resume import check_same_resume_step
-from electra.training.stopping import StopVote, agree_on_collapse
+from electra.training.stopping import StopVote, agree_on_collapse, agree_on_failure
 from electra.utils import faults
+from electra.utils.errors import RankFailedError
 from tests.helpers import ROOT, assert_same_state, child_env, cli_command, cli_main, die_at, run_python, torchrun
 
 CPU = torch.device("cpu")
@@ -227,3 +228,24 @@ def test_an_error_on_rank_0_alone_stops_every_rank_at_once_with_one_line_and_the
     resumed = torchrun(2, 29636, *args, "--resume", "auto", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run / "run.json").read_text())["step"] == 4
+
+
+def _fail_alone(rank: int, world: int, init_file: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        agree_on_failure(None, rank, world)  # nobody failed: every rank goes on
+        try:
+            agree_on_failure(OSError(28, "disk full") if rank == 0 else None, rank, world)
+            raised = ""
+        except (OSError, RankFailedError) as err:
+            raised = f"{type(err).__name__}: {err}"
+        Path(out, f"rank{rank}.txt").write_text(raised)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_error_one_rank_passes_to_the_agreement_is_raised_on_every_rank(tmp_path):
+    """The failing rank re-raises its own error, the other raises one line naming the rank and the error."""
+    mp.start_processes(_fail_alone, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn")
+    raised = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert raised == ["OSError: [Errno 28] disk full", "RankFailedError: rank 0 failed: OSError: [Errno 28] disk full"]
