@@ -15,6 +15,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from electra.utils.errors import RankFailedError
+
 
 def _add_quiet(p: argparse.ArgumentParser, what: str = "no progress bars") -> None:
     """The one quiet flag every command takes (commands without progress bars accept it too, for scripts)."""
@@ -629,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args) or 0
     except KeyboardInterrupt:
         return 130
-    except (ValueError, FileNotFoundError, OSError) as err:
+    except (ValueError, FileNotFoundError, OSError, RankFailedError) as err:
         # Errors we raise for bad input carry the file and line; show them as one line, not a traceback.
         print(f"electra {name}: error: {err}", file=sys.stderr)
         return 2

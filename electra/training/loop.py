@@ -54,7 +54,7 @@ from electra.training.precision import (
 )
 from electra.training.prefetch import Prefetcher
 from electra.training.step import Window, train_step
-from electra.training.stopping import StopVote, agree_on_collapse
+from electra.training.stopping import StopVote, agree_on_collapse, agree_on_failure
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
 from electra.utils.files import FolderLock, folder_lock, write_atomic
@@ -409,16 +409,25 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
             if log_now or save_now:  # the non-finite counts are read here, not in the step
                 window.settle_nonfinite(meta, t.max_nonfinite, done, run.run_dir)
-            if log_now:
-                row = window.row(cfg, run.world, meta, done, lr)
-                if run.main_process:
-                    write_metrics(run.run_dir, row, writers)
-                    bar.set_postfix(progress_fields(cfg, row))
-            if done % t.eval_every == 0 or done == t.max_steps:
-                if run.main_process:
+            eval_now = done % t.eval_every == 0 or done == t.max_steps
+            error = None  # of the work rank 0 does alone: every rank learns of it below and leaves at this step
+            try:
+                if log_now:
+                    row = window.row(cfg, run.world, meta, done, lr)
+                    if run.main_process:
+                        write_metrics(run.run_dir, row, writers)
+                        bar.set_postfix(progress_fields(cfg, row))
+                if eval_now and run.main_process:
                     watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta,
                                    run.run_dir, writers, done, run.per_rank // run.accum)  # fmt: skip
                     failpoint("evaluate")
+            except Exception as err:
+                error = err
+            if log_now or eval_now:
+                agree_on_failure(error, run.rank, run.world)
+            elif error is not None:
+                raise error
+            if eval_now:
                 meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
             if signalled is not None:
                 meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
@@ -437,10 +446,13 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
         bar.close()
         for w in writers:
             w.close()
+    error = None
     if run.main_process and meta.step == t.max_steps:
-        export_for_transformers(run)
-    if run.world > 1:
-        dist.barrier()
+        try:
+            export_for_transformers(run)
+        except Exception as err:  # the other ranks leave too, with one line, instead of waiting at a barrier
+            error = err
+    agree_on_failure(error, run.rank, run.world)
     return meta
 
 

@@ -31,6 +31,7 @@ from electra.training.checkpoint import (
     save_model_checkpoint,
     verify_checkpoint,
 )
+from electra.training.stopping import agree_on_failure
 from electra.utils.errors import DiskFullError
 from electra.utils.files import write_atomic
 
@@ -123,22 +124,30 @@ def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, r
         dist.all_gather_object(states, local)
     else:
         states = [local]
+    error = None
     if rank == 0:
-        extra = {}
-        for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
-                          ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
-            buf = io.BytesIO()
-            torch.save(obj, buf)
-            extra[name] = buf.getvalue()
-        extra["state.json"] = meta.to_json().encode()
         try:
-            save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta.step), extra)
-        except DiskFullError as err:
-            raise DiskFullError(err.errno, f"{err}; free some space, then continue with --resume auto") from err
-        prune_checkpoints(run_dir, cfg.train.keep_last)
-        write_atomic(run_dir / "run.json", meta.to_json())
-    if world > 1:
-        dist.barrier()
+            write_training_state(run_dir, cfg, model, optimizer, scaler, meta, states)
+        except Exception as err:  # every rank leaves here, not only rank 0 (the others would wait for it)
+            error = err
+    agree_on_failure(error, rank, world)
+
+
+def write_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, states: list) -> None:
+    """Rank 0's part of `save_training_state`: the checkpoint folder, the pruning of old ones, run.json."""
+    extra = {}
+    for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
+                      ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        extra[name] = buf.getvalue()
+    extra["state.json"] = meta.to_json().encode()
+    try:
+        save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta.step), extra)
+    except DiskFullError as err:
+        raise DiskFullError(err.errno, f"{err}; free some space, then continue with --resume auto") from err
+    prune_checkpoints(run_dir, cfg.train.keep_last)
+    write_atomic(run_dir / "run.json", meta.to_json())
 
 
 def check_same_corpus(ckpt: Path, saved: PretrainConfig, cfg: PretrainConfig, digests: dict | None) -> None:

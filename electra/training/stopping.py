@@ -25,6 +25,8 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
+from electra.utils.errors import RankFailedError
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REPEAT_GRACE_S = 2.0
 """A repeated signal within this many seconds of the first is the same request delivered twice (ignored); a later
@@ -94,3 +96,20 @@ def agree_on_collapse(collapsed: bool, device: torch.device, world: int) -> bool
     flag = torch.tensor([int(collapsed)], device=device)
     dist.broadcast(flag, src=0)
     return bool(flag.item())
+
+
+def agree_on_failure(error: BaseException | None, rank: int, world: int) -> None:
+    """Every rank learns here whether any rank failed since the last agreement (an exception in work one rank does
+    alone: rank 0's evaluation, metrics line, checkpoint write or export; caught and passed in as `error`), so all
+    leave at the same step instead of the others waiting in the next collective until its timeout. The failing
+    rank re-raises its error; the others raise RankFailedError("rank R failed: <message>"). One all-gather of
+    the messages: at points every rank reaches, in place of a barrier."""
+    messages = [None if error is None else f"{type(error).__name__}: {error}"]
+    if world > 1:
+        messages = [None] * world
+        dist.all_gather_object(messages, None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error
+    for r, message in enumerate(messages):
+        if message is not None:
+            raise RankFailedError(f"rank {r} failed: {message}")

@@ -30,6 +30,11 @@ class DiskFullError(OSError):
         return self.strerror if self.strerror else super().__str__()
 
 
+class RankFailedError(RuntimeError):
+    """Another rank of a distributed run raised; this one stops at the same step, with this one line (the failing
+    rank prints its own error)."""
+
+
 class FolderInUseError(OSError):
     """Another live process holds the folder's lock (see electra.utils.files.folder_lock)."""
 

@@ -21,8 +21,10 @@ import torch.multiprocessing as mp
 from electra.training import stopping
 from electra.training.checkpoint import CheckpointError, list_checkpoints
 from electra.training.resume import check_same_resume_step
-from electra.training.stopping import StopVote, agree_on_collapse
-from tests.helpers import ROOT, assert_same_state, child_env, cli_command, cli_main, die_at, torchrun
+from electra.training.stopping import StopVote, agree_on_collapse, agree_on_failure
+from electra.utils import faults
+from electra.utils.errors import RankFailedError
+from tests.helpers import ROOT, assert_same_state, child_env, cli_command, cli_main, die_at, run_python, torchrun
 
 CPU = torch.device("cpu")
 
@@ -202,3 +204,48 @@ def test_a_stop_signal_twice_in_quick_succession_still_saves_one_checkpoint_and_
     state = json.loads((tmp_path / "run.json").read_text())
     assert state["stopped_by_signal"] == num and state["step"] in (3, 4)  # the vote is read a step late
     assert [c.name for c in list_checkpoints(tmp_path)] == [f"step_{state['step']:08d}"]
+
+
+@pytest.mark.slow
+def test_an_error_on_rank_0_alone_stops_every_rank_at_once_with_one_line_and_the_last_checkpoint_resumes(tmp_path):
+    """ENOSPC in rank 0's evaluation at step 3 (a failpoint; rank 1 does not evaluate): both ranks exit non-zero
+    at that step instead of rank 1 waiting in the next collective; rank 0 prints its error, rank 1 the one line
+    "rank 0 failed: ..." and no traceback; the checkpoint of step 2 resumes to the end."""
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    args = [*COMMON, "--save-every", "1", "--eval-every", "3", "--max-steps", "4", "--out", str(run)]
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29635", "--redirects", "3",
+              "--log-dir", str(logs), "-m", "electra.cli"]  # fmt: skip
+    start = time.monotonic()
+    result = run_python(*launch, *args, env={faults.ENV: "evaluate@1=enospc"}, timeout=300)
+    assert result.returncode != 0 and time.monotonic() - start < 120
+    (err0,), (err1,) = (list(logs.rglob(f"attempt_0/{r}/stderr.log")) for r in (0, 1))
+    rank0, rank1 = err0.read_text(), err1.read_text()
+    assert "error: [Errno 28] No space left on device (failpoint evaluate)" in rank0 and "failed" not in rank0
+    lines = [line for line in rank1.splitlines() if "failed" in line]
+    assert lines == ["electra pretrain: error: rank 0 failed: OSError: [Errno 28] No space left on device (failpoint "
+                     "evaluate)"] and "Traceback" not in rank1  # fmt: skip
+    assert [int(c.name.split("_")[-1]) for c in list_checkpoints(run)][-1] == 2
+    resumed = torchrun(2, 29636, *args, "--resume", "auto", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["step"] == 4
+
+
+def _fail_alone(rank: int, world: int, init_file: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        agree_on_failure(None, rank, world)  # nobody failed: every rank goes on
+        try:
+            agree_on_failure(OSError(28, "disk full") if rank == 0 else None, rank, world)
+            raised = ""
+        except (OSError, RankFailedError) as err:
+            raised = f"{type(err).__name__}: {err}"
+        Path(out, f"rank{rank}.txt").write_text(raised)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_error_one_rank_passes_to_the_agreement_is_raised_on_every_rank(tmp_path):
+    """The failing rank re-raises its own error, the other raises one line naming the rank and the error."""
+    mp.start_processes(_fail_alone, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn")
+    raised = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert raised == ["OSError: [Errno 28] disk full", "RankFailedError: rank 0 failed: OSError: [Errno 28] disk full"]
