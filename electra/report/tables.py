@@ -169,7 +169,8 @@ def _per_pfs_day(score: float, pfs: float | None) -> str:
 
 
 class _Notes:
-    """Footnotes under a table: each distinct line once, its mark [n] beside every number it bounds."""
+    """Footnotes under a table: each distinct line once, its mark [n] beside every number it bounds (rows that
+    share a bound share its mark)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -188,10 +189,10 @@ def _our_efficiency_row(p: dict, tasks: list[str], average: str, notes: _Notes) 
     pretraining), and marks where fine-tuning was capped or the run's `train.max_steps` changed on resume."""
     score = f"{p['score']:.2f}"
     if p.get("finetune_cap") is not None:
-        score += notes.mark(f"{p['name']}: fine-tuning capped at {plural(p['finetune_cap'], 'step')} per task "
+        score += notes.mark(f"fine-tuning capped at {plural(p['finetune_cap'], 'step')} per task "
                             "(`finetune.max_steps`), not the recipe's epochs.")  # fmt: skip
     for step, steps in p.get("max_steps_changes", []):
-        score += notes.mark(f"{p['name']}: `train.max_steps` changed to {steps:,} on resume at step {step:,}; the "
+        score += notes.mark(f"`train.max_steps` changed to {steps:,} on resume at step {step:,}; the "
                             "learning-rate schedule changed there.")  # fmt: skip
     above = p.get("above_chance", tasks)
     if not above:
@@ -200,7 +201,7 @@ def _our_efficiency_row(p: dict, tasks: list[str], average: str, notes: _Notes) 
         per_pfs = _per_pfs_day(p["above_chance_score"] if above != tasks else p["score"], p["pfs_days"])
         if above != tasks and per_pfs != "–":
             left_out = [t for t in tasks if t not in above]
-            per_pfs += notes.mark(f"{p['name']}: score per pfs-day averages the tasks above chance only ("
+            per_pfs += notes.mark("score per pfs-day averages the tasks above chance only ("
                                   f"{', '.join(above)}; {', '.join(left_out)} at chance level, left out).")  # fmt: skip
     return (f"| {p['name']} | ours | {p['params'] / 1e6:.2f}M | {p['flops']:.3g} | {p['pfs_days']:.2e} | {score} | "
             f"{per_pfs} | {average} |")  # fmt: skip

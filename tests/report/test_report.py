@@ -417,10 +417,10 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
     value, mark = per_pfs.rsplit(" ", 1)  # sst2's 72 only (pfs-days shown to 3 digits; 67 would be 7% off)
     assert float(value.replace(",", "")) == pytest.approx(72.0 / float(pfs), rel=6e-3) and mark == "[3]"
     assert table[("flat", "ours")][5:7] == ["67.00", "–, no task above chance"]
-    assert "[1] part: fine-tuning capped at 200 steps per task (`finetune.max_steps`), not the recipe's epochs." in text
-    assert "[2] part: `train.max_steps` changed to 40 on resume at step 20; the learning-rate schedule changed " \
+    assert "[1] fine-tuning capped at 200 steps per task (`finetune.max_steps`), not the recipe's epochs." in text
+    assert "[2] `train.max_steps` changed to 40 on resume at step 20; the learning-rate schedule changed " \
         "there." in text  # fmt: skip
-    assert "[3] part: score per pfs-day averages the tasks above chance only (sst2; rte at chance level, left " \
+    assert "[3] score per pfs-day averages the tasks above chance only (sst2; rte at chance level, left " \
         "out)." in text  # fmt: skip
 
 

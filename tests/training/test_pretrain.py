@@ -218,6 +218,7 @@ def test_a_signal_is_recorded_in_run_json_and_cleared_by_the_resumed_session(tmp
     sessions = [(s["device"], s["world_size"], s["start_step"]) for s in saved["sessions"]]
     assert sessions == [("cpu", 1, 0), ("cpu", 1, meta.step)]
     assert saved["sessions"][1]["start_seconds"] > 0
+    assert [s["max_steps"] for s in saved["sessions"]] == [6, 6]  # what the report's Table 3 checks for a change
 
 
 def test_resume_auto_refuses_a_glue_or_study_folder_and_says_a_fresh_start(tmp_path, caplog):
