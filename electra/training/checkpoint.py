@@ -90,9 +90,14 @@ class RunMeta:
     compiled: bool = False
     """Whether this session ran the step under torch.compile."""
     peak_memory_gb: float | None = None
-    """CUDA: torch.cuda.max_memory_allocated of this session so far (GiB) ..."""
+    """This session's peak so far (GiB). CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak resident
+    memory (getrusage ru_maxrss), which includes the interpreter, libraries and data (~0.5 GiB) ..."""
     memory_estimate_gb: float | None = None
-    """... beside what --max-memory-gb's estimate (electra/training/memory.py) says for its micro-batch."""
+    """... beside what --max-memory-gb's estimate (electra/training/memory.py) says for its micro-batch ..."""
+    memory_budget_gb: float | None = None
+    """... the budget (train.max_memory_gb; None: none) ..."""
+    micro_batch: int | None = None
+    """... and the micro-batch this session ran (chosen for the budget, or train.micro_batch_size)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
