@@ -90,9 +90,14 @@ class RunMeta:
     compiled: bool = False
     """Whether this session ran the step under torch.compile."""
     peak_memory_gb: float | None = None
-    """CUDA: torch.cuda.max_memory_allocated of this session so far (GiB) ..."""
+    """This session's peak so far (GiB). CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak resident
+    memory (getrusage ru_maxrss), which includes the interpreter, libraries and data (~0.5 GiB) ..."""
     memory_estimate_gb: float | None = None
-    """... beside what --max-memory-gb's estimate (electra/training/memory.py) says for its micro-batch."""
+    """... beside what --max-memory-gb's estimate (electra/training/memory.py) says for its micro-batch ..."""
+    memory_budget_gb: float | None = None
+    """... the budget (train.max_memory_gb; None: none) ..."""
+    micro_batch: int | None = None
+    """... and the micro-batch this session ran (chosen for the budget, or train.micro_batch_size)."""
     data_digests: dict | None = None
     """The corpus trained on: {"tokenizer_sha256", "tokens_sha256"} from its metadata.json (electra/data/corpus.py),
     None for the built-in synthetic corpus or a run older than the field. A resume with another corpus is refused."""

@@ -19,8 +19,10 @@ import ctypes
 import dataclasses
 import logging
 import os
+import resource
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +224,9 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
             meta.data_digests = digests  # an older checkpoint's None: recorded from now on
         training_state.check_same_resume_step(meta.step, where, rank, world)
     meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
+    meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
+    meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
+    meta.peak_memory_gb = None  # this session's, set at its first save
     meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
     if rank == 0:
         prepare_run_dir(run_dir, cfg, data.tokens, meta)
@@ -326,12 +331,13 @@ def export_for_transformers(run: Run) -> None:
 
 
 def record_memory(run: Run, meta: RunMeta) -> None:
-    """On CUDA, the peak allocated so far beside the estimate for this micro-batch (no device sync)."""
-    if run.device.type != "cuda":
-        return
-    micro = run.per_rank // run.accum
-    meta.peak_memory_gb = round(torch.cuda.max_memory_allocated(run.device) / 2**30, 3)
-    meta.memory_estimate_gb = round(estimate_peak_bytes(run.cfg, micro, run.precision.name, "cuda") / 2**30, 3)
+    """The peak so far (no device sync), beside the estimate that `setup` recorded: on CUDA the peak allocated, on
+    the CPU the process's peak resident memory (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    if run.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(run.device)
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    meta.peak_memory_gb = round(peak / 2**30, 3)
 
 
 # -- the loop -------------------------------------------------------------------------------------------------

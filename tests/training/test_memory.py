@@ -1,12 +1,16 @@
 """The memory estimate behind --max-memory-gb."""
 
+import json
+import resource
+
 import pytest
 import torch
 
 from electra.config import load_config
 from electra.modeling.electra import ElectraForPretraining
 from electra.modeling.flops import parameter_count
-from electra.training.loop import micro_batch_size
+from electra.training.checkpoint import read_config
+from electra.training.loop import micro_batch_size, pretrain
 from electra.training.memory import estimate_peak_bytes
 
 
@@ -33,3 +37,17 @@ def test_budget_picks_the_largest_fitting_divisor():
     assert pick(6) < pick(16) and pick(6, "fp16") >= pick(6)
     with pytest.raises(ValueError, match="does not fit"):
         pick(0.1)
+
+
+def test_run_json_records_the_budget_the_estimate_the_micro_batch_and_the_peak_on_cpu(tmp_path):
+    cfg = load_config("tiny", ["train.batch_size=8", "train.max_steps=2", "train.eval_every=1000",
+                               "train.eval_batches=1", "train.precision=fp32", "train.max_memory_gb=0.01"])  # fmt: skip
+    pretrain(cfg, tmp_path / "run", device="cpu")
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    cfg = read_config(tmp_path / "run" / "config.yaml")  # the vocabulary size the tokenizer set
+    micro = micro_batch_size(cfg, 8, "fp32", torch.device("cpu"))
+    assert micro < 8  # the budget forces accumulation
+    assert run["micro_batch"] == micro and run["memory_budget_gb"] == 0.01
+    assert run["memory_estimate_gb"] == round(estimate_peak_bytes(cfg, micro, "fp32", "cpu") / 2**30, 3) > 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # this process ran the run
+    assert 0.1 < run["peak_memory_gb"] <= rss + 1e-3
