@@ -107,7 +107,7 @@ def test_the_hub_dataset_from_the_offline_cache_gives_the_examples_of_the_tsvs(r
     # one process: the examples of the four tasks, then `electra glue` on a config the cache lacks
     args = ["glue", "--model", str(tmp_path), "--tasks", "cola", "--out", str(tmp_path / "out"), "--seeds", "1"]
     script = (
-        "import json, sys; from tests.test_glue_sources import examples; from electra.cli import main; "
+        "import json, sys; from tests.glue.test_glue_sources import examples; from electra.cli import main; "
         f"json.dump(examples(None), open({str(tmp_path / 'hub.json')!r}, 'w')); sys.exit(main({args!r}))"
     )
     done = run_python("-c", script, env=env, timeout=300)
