@@ -178,6 +178,8 @@ class TrainConfig:
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "auto"
     """auto: bf16 on CUDA compute capability >= 8.0, fp16 with the loss scaler on 7.x; on CPU bf16 only with AMX-BF16
     and a model wide enough to gain, else fp32 (electra.training.precision). The choice and its reason: RUN/run.json."""
+    tf32: bool = True
+    """fp32 matmuls in TF32 on CUDA compute capability >= 8.0 (false: full fp32). Whether it was on: RUN/run.json."""
     compile: bool | None = None
     """torch.compile the step; None: on with CUDA, off on CPU (measured slower there)."""
     seed: int = 0
@@ -554,6 +556,8 @@ class FinetuneConfig:
     double_unordered, google-research/electra#98)."""
     precision: Literal["fp32", "bf16", "auto"] = "fp32"
     """fp32 (OFF); bf16 autocast; auto: as pretraining's (electra.training.precision), fp32 where that would be fp16."""
+    tf32: bool = True
+    """fp32 matmuls in TF32 on CUDA compute capability >= 8.0 (false: full fp32). Recorded in results.json."""
     max_steps: int | None = None
     """Cap on optimizer steps per run (smoke runs); the schedule is fit to the capped length."""
     eval_every_epoch: bool = False

@@ -155,7 +155,8 @@ def finetune(
     `writers`: open trackers (electra.training.trackers.open_loggers) that get what RUN/metrics.jsonl gets."""
     task = prep.data.task
     start = time.time()
-    devices.enable_tf32(device)  # fp32 matmuls in TF32 on Ampere and later, as in pretraining
+    tf32 = devices.enable_tf32(device, cfg.tf32)  # fp32 matmuls in TF32 on Ampere and later, as in pretraining
+    precision = resolve_precision(cfg.precision, device, pre.cfg.hidden_size)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run always starts from step 0: no lines of an earlier try
     model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed, cfg.head_init).to(device)
@@ -206,6 +207,8 @@ def finetune(
         "loss_end": float(np.mean(losses[-10:])) if losses else None,
         "chance": dataclasses.asdict(check), "history": history,
         "seconds": round(time.time() - start, 2), "device": str(device),
+        "precision": "fp32" if precision.name == "fp16" else precision.name, "precision_reason": precision.reason,
+        "tf32": tf32,
         "test_predictions": write_predictions(model, prep, cfg, device, scale, run_dir) if cfg.predict_test else {},
     }  # fmt: skip
     if cfg.save_model:

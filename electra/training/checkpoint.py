@@ -87,6 +87,8 @@ class RunMeta:
     """The autocast precision this session resolved train.precision to ..."""
     precision_reason: str = ""
     """... and why (electra.training.precision.choose_precision)."""
+    tf32: bool | None = None
+    """Whether fp32 matmuls ran in TF32 this session (train.tf32, on CUDA >= 8.0 only); None: not recorded."""
     compiled: bool = False
     """Whether this session ran the step under torch.compile."""
     peak_memory_gb: float | None = None

@@ -200,7 +200,7 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
     if per_rank % micro:
         raise ConfigError(f"train.micro_batch_size {micro} does not divide the per-process batch {per_rank} "
                           f"(train.batch_size {t.batch_size} over {world} processes)")  # fmt: skip
-    tf32 = enable_tf32(dev)
+    tf32 = enable_tf32(dev, t.tf32)
     if rank == 0:
         log.info("precision %s (%s); torch.compile %s; TF32 matmuls %s", precision.name, precision.reason,
                  "on" if compiled else "off", "on" if tf32 else "off")  # fmt: skip
@@ -224,6 +224,7 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
             meta.data_digests = digests  # an older checkpoint's None: recorded from now on
         training_state.check_same_resume_step(meta.step, where, rank, world)
     meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
+    meta.tf32 = tf32
     meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
     meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
     meta.peak_memory_gb = None  # this session's, set at its first save

@@ -131,14 +131,15 @@ def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractCon
     return contextlib.nullcontext()
 
 
-def enable_tf32(device: torch.device) -> bool:
+def enable_tf32(device: torch.device, asked: bool = True) -> bool:
     """TF32 matmuls and convolutions for every fp32 path on Ampere and later (10-bit mantissa inputs, fp32
-    accumulation: what PyTorch's own AMP guide recommends for fp32 training there). Returns whether enabled."""
+    accumulation: what PyTorch's own AMP guide recommends for fp32 training there), unless `asked` is False
+    (train.tf32 / finetune.tf32: then plain fp32, switched off explicitly). Returns whether TF32 is on."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < BF16_MIN_CUDA_CAPABILITY:
         return False
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    return True
+    torch.backends.cuda.matmul.allow_tf32 = asked
+    torch.backends.cudnn.allow_tf32 = asked
+    return asked
 
 
 def resolve_compile(asked: bool | None, device: torch.device) -> bool:
