@@ -200,12 +200,14 @@ def test_fine_tuning_turns_tf32_on_for_its_device_as_pretraining_does(tmp_path, 
     from electra.training import precision as devices
 
     asked = []
-    monkeypatch.setattr(devices, "enable_tf32", lambda device: asked.append(device) or False)
+    monkeypatch.setattr(devices, "enable_tf32", lambda device, on: asked.append((device, on)) or on)
     specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
     pre = load_pretrained(str(run))
-    cfg = FinetuneConfig(max_steps=1, batch_size=8)
-    finetune(prepare(load_task(specs[0]), pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path, False)
-    assert asked == [torch.device("cpu")]
+    cfg = FinetuneConfig(max_steps=1, batch_size=8, tf32=False)  # finetune.tf32 reaches enable_tf32
+    record = finetune(prepare(load_task(specs[0]), pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path,
+                      False)  # fmt: skip
+    assert asked == [(torch.device("cpu"), False)]
+    assert record["tf32"] is False and record["precision"] == "fp32" and record["precision_reason"] == "asked for"
 
 
 def test_predictions_come_back_in_example_order(tmp_path):
