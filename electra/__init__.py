@@ -22,7 +22,7 @@ API = {
     "SweepSpec": "electra.glue.sweep",
     "run_sweep": "electra.glue.sweep",
     "write_report": "electra.report.write",
-    "StudySpec": "electra.study.run",
+    "StudySpec": "electra.study.grid",
     "run_study": "electra.study.run",
     "export_run_to_hf": "electra.training.checkpoint",
     "import_run_from_hf": "electra.training.checkpoint",

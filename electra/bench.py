@@ -205,8 +205,9 @@ def bench_pretrain(s: BenchSettings, impl: str = "ours") -> dict:
     return out
 
 
-def bench_finetune(s: BenchSettings, num_labels: int = 2, head: str = "cls-linear",
-                   eval_batch_size: int | None = None) -> dict:  # fmt: skip
+def bench_finetune(
+    s: BenchSettings, num_labels: int = 2, head: str = "cls-linear", eval_batch_size: int | None = None
+) -> dict:
     """Time a GLUE classification step (the optimizer `electra glue` uses) and evaluation throughput."""
     device, dtype = s.prepare(), s.dtype
     enable_tf32(device)  # as `electra glue` fine-tunes

@@ -72,8 +72,14 @@ def _run_tokenizer(args: argparse.Namespace) -> int:
     from electra.data.tokenizer import load_tokenizer, train_tokenizer
 
     start = time.perf_counter()
-    path = train_tokenizer(args.kind, args.vocab_size, args.inputs, args.out, show_progress=not args.quiet,
-                           read_options=_read_options(args))  # fmt: skip
+    path = train_tokenizer(
+        args.kind,
+        args.vocab_size,
+        args.inputs,
+        args.out,
+        show_progress=not args.quiet,
+        read_options=_read_options(args),
+    )
     vocab = load_tokenizer(path).get_vocab()
     print(f"wrote {path} ({len(vocab)} tokens) in {time.perf_counter() - start:.1f}s{_vocab_overshoot(vocab, args)}")
     return 0
@@ -85,9 +91,11 @@ def _vocab_overshoot(vocab: dict[str, int], args: argparse.Namespace) -> str:
     if len(vocab) <= args.vocab_size:
         return ""
     chars = sum(len(t.removeprefix("##")) == 1 for t in vocab)
-    return (f"; {len(vocab) - args.vocab_size:,} more than --vocab-size {args.vocab_size:,}: WordPiece keeps every "
-            f"character of the text's alphabet ({chars:,} single-character entries here, ## forms included); "
-            "a byte-level BPE (--kind bpe) keeps the size")  # fmt: skip
+    return (
+        f"; {len(vocab) - args.vocab_size:,} more than --vocab-size {args.vocab_size:,}: WordPiece keeps every "
+        f"character of the text's alphabet ({chars:,} single-character entries here, ## forms included); "
+        "a byte-level BPE (--kind bpe) keeps the size"
+    )
 
 
 # -- data -----------------------------------------------------------------------------------------------------
@@ -110,8 +118,16 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
 def _run_data(args: argparse.Namespace) -> int:
     from electra.data.prepare import prepare, summary
 
-    meta = prepare(args.inputs, args.tokenizer, args.out, args.workers, args.overwrite, not args.quiet,
-                   read_options=_read_options(args), allow_unknown_tokens=args.allow_unknown_tokens)  # fmt: skip
+    meta = prepare(
+        args.inputs,
+        args.tokenizer,
+        args.out,
+        args.workers,
+        args.overwrite,
+        not args.quiet,
+        read_options=_read_options(args),
+        allow_unknown_tokens=args.allow_unknown_tokens,
+    )
     print(summary(meta, args.out))
     return 0
 
@@ -120,11 +136,18 @@ def _run_data(args: argparse.Namespace) -> int:
 
 # flag -> config key: the flags are shortcuts for --set
 PRETRAIN_FLAGS = {
-    "data": "data.path", "max_steps": "train.max_steps", "seed": "train.seed", "batch_size": "train.batch_size",
-    "micro_batch_size": "train.micro_batch_size", "max_memory_gb": "train.max_memory_gb",
-    "save_every": "train.save_every", "eval_every": "train.eval_every", "log_every": "train.log_every",
-    "precision": "train.precision", "compile": "train.compile",
-}  # fmt: skip
+    "data": "data.path",
+    "max_steps": "train.max_steps",
+    "seed": "train.seed",
+    "batch_size": "train.batch_size",
+    "micro_batch_size": "train.micro_batch_size",
+    "max_memory_gb": "train.max_memory_gb",
+    "save_every": "train.save_every",
+    "eval_every": "train.eval_every",
+    "log_every": "train.log_every",
+    "precision": "train.precision",
+    "compile": "train.compile",
+}
 
 
 def _add_pretrain(p: argparse.ArgumentParser) -> None:
@@ -142,15 +165,25 @@ def _add_pretrain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int)
     p.add_argument("--log-every", type=int)
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the step (default: on with CUDA, off on CPU)")  # fmt: skip
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the step (default: on with CUDA, off on CPU)",
+    )
     p.add_argument("--resume", help="'auto' (newest valid checkpoint of --out) or a checkpoint folder")
-    p.add_argument("--device", help="cpu, cuda (under torchrun: the local rank's GPU) or cuda:N (default: cuda if "
-                   "available)")  # fmt: skip
+    p.add_argument(
+        "--device", help="cpu, cuda (under torchrun: the local rank's GPU) or cuda:N (default: cuda if available)"
+    )
     p.add_argument("--tensorboard", action="store_true", help="also log to RUN/tensorboard")
     p.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (offline unless WANDB_MODE)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config value, e.g. --set model.generator_fraction=1.0 (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any config value, e.g. --set model.generator_fraction=1.0 (repeatable)",
+    )
     _add_quiet(p, "no progress bar")
 
 
@@ -198,14 +231,30 @@ def held_out_line(run_dir: str) -> str:
 
 # flag -> fine-tuning config key: the flags are shortcuts for --set finetune.KEY=VALUE (bools: --X / --no-X)
 GLUE_FLAGS = {
-    "head": "head", "head_init": "head_init", "optimizer": "optimizer", "lr": "lr", "schedule": "schedule",
-    "warmup_fraction": "warmup_fraction", "layer_decay": "layer_decay", "depth_convention": "depth_convention",
-    "weight_decay": "weight_decay", "decay_norm_and_bias": "decay_norm_and_bias", "batch_size": "batch_size",
-    "epochs": "epochs", "grad_clip": "grad_clip", "loss_reduction": "loss_reduction", "max_length": "max_length",
-    "scale_targets": "scale_targets", "swap_pairs": "swap_pairs", "precision": "precision", "max_steps": "max_steps",
-    "eval_every_epoch": "eval_every_epoch", "eval_batch_size": "eval_batch_size", "predict_test": "predict_test",
+    "head": "head",
+    "head_init": "head_init",
+    "optimizer": "optimizer",
+    "lr": "lr",
+    "schedule": "schedule",
+    "warmup_fraction": "warmup_fraction",
+    "layer_decay": "layer_decay",
+    "depth_convention": "depth_convention",
+    "weight_decay": "weight_decay",
+    "decay_norm_and_bias": "decay_norm_and_bias",
+    "batch_size": "batch_size",
+    "epochs": "epochs",
+    "grad_clip": "grad_clip",
+    "loss_reduction": "loss_reduction",
+    "max_length": "max_length",
+    "scale_targets": "scale_targets",
+    "swap_pairs": "swap_pairs",
+    "precision": "precision",
+    "max_steps": "max_steps",
+    "eval_every_epoch": "eval_every_epoch",
+    "eval_batch_size": "eval_batch_size",
+    "predict_test": "predict_test",
     "save_models": "save_model",
-}  # fmt: skip
+}
 
 
 def _field_docs(cls: type) -> dict[str, str]:
@@ -239,9 +288,12 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     from electra.config import FinetuneConfig, recipe_names
     from electra.glue.tasks import GLUE_TASKS
 
-    p.add_argument("--model", help="a pretraining run folder, a checkpoint, our HF export, a transformers ELECTRA "
-                   "folder, or a hub model id ORG/NAME[@REVISION] (offline: from the local Hugging Face cache); "
-                   "required unless --report-only")  # fmt: skip
+    p.add_argument(
+        "--model",
+        help="a pretraining run folder, a checkpoint, our HF export, a transformers ELECTRA "
+        "folder, or a hub model id ORG/NAME[@REVISION] (offline: from the local Hugging Face cache); "
+        "required unless --report-only",
+    )
     tasks = f"all, or a comma list of {','.join(GLUE_TASKS)} and task folders holding a task.json"
     p.add_argument("--tasks", default="all", help=tasks)
     glue_dir = (
@@ -254,8 +306,11 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder; rerunning with the same folder resumes")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder, if none comes with the model")
     g = p.add_argument_group("fine-tuning recipe (docs/glue.md); the flags below are shortcuts for --set keys")
-    g.add_argument("--recipe", default="off", help=f"{', '.join(recipe_names())} or a YAML file (default: off, "
-                   "OFF's recipe with the paper's lr for Small)")  # fmt: skip
+    g.add_argument(
+        "--recipe",
+        default="off",
+        help=f"{', '.join(recipe_names())} or a YAML file (default: off, OFF's recipe with the paper's lr for Small)",
+    )
     overrides = "any fine-tuning value, e.g. --set finetune.lr=1e-4 (repeatable; applied after the flags)"
     g.add_argument("--set", action="append", default=[], metavar="finetune.KEY=VALUE", help=overrides)
     hints, docs = typing.get_type_hints(FinetuneConfig), _field_docs(FinetuneConfig)
@@ -270,8 +325,9 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
         else:
             extra["type"] = kind
         g.add_argument(f"--{dest.replace('_', '-')}", dest=dest, default=None, **extra)
-    g.add_argument("--no-stsb-scale", dest="scale_targets", action="store_false", default=None,
-                   help="same as --no-scale-targets")  # fmt: skip
+    g.add_argument(
+        "--no-stsb-scale", dest="scale_targets", action="store_false", default=None, help="same as --no-scale-targets"
+    )
     x = p.add_argument_group("execution")
     x.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     devices = "comma list, one worker process per entry (repeat a device for two workers on it)"
@@ -282,8 +338,12 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     x.add_argument("--no-progress", dest="quiet", action="store_true", help="same as --quiet")
     x.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs")
     x.add_argument("--tensorboard", action="store_true", help="also log each run to OUT/tensorboard/TASK/seedS")
-    x.add_argument("--wandb", action="store_true", help="also log each run to Weights & Biases, grouped by OUT's "
-                   "name (offline, under OUT/wandb, unless WANDB_MODE)")  # fmt: skip
+    x.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log each run to Weights & Biases, grouped by OUT's "
+        "name (offline, under OUT/wandb, unless WANDB_MODE)",
+    )
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -301,16 +361,27 @@ def _run_glue(args: argparse.Namespace) -> int:
         return 0 if write_report_only(args.out).ok else 1
     if not args.model:
         raise ValueError("--model is required (a run folder, a checkpoint or an HF folder)")
-    flags = [f"finetune.{key}={json.dumps(getattr(args, dest))}" for dest, key in GLUE_FLAGS.items()
-             if getattr(args, dest) is not None]  # fmt: skip
+    flags = [
+        f"finetune.{key}={json.dumps(getattr(args, dest))}"
+        for dest, key in GLUE_FLAGS.items()
+        if getattr(args, dest) is not None
+    ]
     spec = SweepSpec(
-        out=args.out, model=args.model, tasks=args.tasks.split(","), glue_dir=_glue_dirs(args.glue_dir),
-        seeds=_parse_seeds(args.seeds), tokenizer=args.tokenizer, recipe=args.recipe,
-        finetune=load_finetune_config(args.recipe, flags + args.set), device=args.device,
-        devices=args.devices.split(",") if args.devices else [], num_workers=args.num_workers,
-        stop_after=args.stop_after, progress=not args.quiet,
+        out=args.out,
+        model=args.model,
+        tasks=args.tasks.split(","),
+        glue_dir=_glue_dirs(args.glue_dir),
+        seeds=_parse_seeds(args.seeds),
+        tokenizer=args.tokenizer,
+        recipe=args.recipe,
+        finetune=load_finetune_config(args.recipe, flags + args.set),
+        device=args.device,
+        devices=args.devices.split(",") if args.devices else [],
+        num_workers=args.num_workers,
+        stop_after=args.stop_after,
+        progress=not args.quiet,
         loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
-    )  # fmt: skip
+    )
     return 0 if run_sweep(spec).ok else 1
 
 
@@ -318,47 +389,79 @@ def _run_glue(args: argparse.Namespace) -> int:
 
 
 def _add_study(p: argparse.ArgumentParser) -> None:
-    from electra.study.run import StudySpec
+    from electra.study.grid import StudySpec
 
     d = StudySpec(out="")
     p.add_argument("--out", required=True, help="the study folder; rerunning with the same folder resumes")
     p.add_argument("--base", default=d.base, help="pretraining preset or YAML file every setting starts from")
     p.add_argument("--data", default=None, help="a prepared corpus (default: the built-in synthetic language)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pretraining override, all settings")
-    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
-                   help="the grid, e.g. --vary objective.kind=electra,mlm,none (repeatable: the product)")  # fmt: skip
-    p.add_argument("--setting", action="append", default=[], metavar="NAME:KEY=VALUE;KEY=VALUE",
-                   help="a named setting (repeatable), e.g. --setting mlm:objective.kind=mlm")  # fmt: skip
-    p.add_argument("--budget", default=d.budget,
-                   help="per setting: steps[=N] (default: the preset's max_steps), flops=F (official ELECTRA "
-                   "accounting) or seconds=S (timed on this device first)")  # fmt: skip
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="the grid, e.g. --vary objective.kind=electra,mlm,none (repeatable: the product)",
+    )
+    p.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE;KEY=VALUE",
+        help="a named setting (repeatable), e.g. --setting mlm:objective.kind=mlm",
+    )
+    p.add_argument(
+        "--budget",
+        default=d.budget,
+        help="per setting: steps[=N] (default: the preset's max_steps), flops=F (official ELECTRA "
+        "accounting) or seconds=S (timed on this device first)",
+    )
     p.add_argument("--tasks", default=d.tasks, help="GLUE tasks and/or task folders (default: sst2,mrpc,rte,wnli)")
-    p.add_argument("--glue-dir", action="append", default=None,
-                   help="GLUE data in the original TSV layout" + GLUE_DIRS_HELP)  # fmt: skip
+    p.add_argument(
+        "--glue-dir", action="append", default=None, help="GLUE data in the original TSV layout" + GLUE_DIRS_HELP
+    )
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
     p.add_argument("--recipe", default=d.recipe, help="fine-tuning recipe (default: off)")
-    p.add_argument("--finetune-set", action="append", default=[], metavar="finetune.KEY=VALUE",
-                   help="fine-tuning override (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--finetune-set",
+        action="append",
+        default=[],
+        metavar="finetune.KEY=VALUE",
+        help="fine-tuning override (repeatable)",
+    )
     p.add_argument("--parallel", type=int, default=1, help="pretraining runs at once (CPU threads are split)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda (default: cuda if available)")
     p.add_argument("--description", default="", help="a line for the report")
     p.add_argument("--tensorboard", action="store_true", help="also log every run to its tensorboard/ folder")
-    p.add_argument("--wandb", action="store_true", help="also log every run to Weights & Biases (offline unless "
-                   "WANDB_MODE)")  # fmt: skip
+    p.add_argument(
+        "--wandb", action="store_true", help="also log every run to Weights & Biases (offline unless WANDB_MODE)"
+    )
     _add_quiet(p, "no progress bars (the plan and each phase's lines are still printed)")
 
 
 def _run_study(args: argparse.Namespace) -> int:
-    from electra.study.run import StudySpec, StudyStopped, run_study
+    from electra.study.grid import StudySpec
+    from electra.study.run import StudyStopped, run_study
 
     spec = StudySpec(
-        out=args.out, base=args.base, overrides=args.set, vary=args.vary, settings=args.setting, budget=args.budget,
+        out=args.out,
+        base=args.base,
+        overrides=args.set,
+        vary=args.vary,
+        settings=args.setting,
+        budget=args.budget,
         data=args.data,
-        tasks=args.tasks, glue_dir=_glue_dirs(args.glue_dir), seeds=_parse_seeds(args.seeds), recipe=args.recipe,
-        finetune_overrides=args.finetune_set, description=args.description, parallel=args.parallel,
-        device=args.device, loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
+        tasks=args.tasks,
+        glue_dir=_glue_dirs(args.glue_dir),
+        seeds=_parse_seeds(args.seeds),
+        recipe=args.recipe,
+        finetune_overrides=args.finetune_set,
+        description=args.description,
+        parallel=args.parallel,
+        device=args.device,
+        loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
         progress=not args.quiet,
-    )  # fmt: skip
+    )
     try:
         report = run_study(spec)
     except StudyStopped as err:
@@ -375,8 +478,12 @@ def _run_study(args: argparse.Namespace) -> int:
 
 
 def _add_report(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="RUN_OR_STUDY",
-                   help="study folders, pretraining run folders and/or `electra glue` output folders")  # fmt: skip
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="RUN_OR_STUDY",
+        help="study folders, pretraining run folders and/or `electra glue` output folders",
+    )
     p.add_argument("--out", default=None, help="report folder (default: FIRST_PATH/report)")
     _add_quiet(p, "accepted for scripts; the report draws no progress bar")
 
@@ -489,17 +596,21 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
             q.add_argument("--steps", type=int, default=d.steps, help="training steps compared (default 10)")
             continue
         q.add_argument(
-            "--no-malloc-tuning", dest="malloc_tuning", action="store_false",
+            "--no-malloc-tuning",
+            dest="malloc_tuning",
+            action="store_false",
             help="on CPU, leave glibc's defaults (see keep_freed_memory_in_heap)",
-        )  # fmt: skip
+        )
         q.add_argument("--steps", type=int, default=d.steps, help="timed steps (default 10)")
         q.add_argument("--warmup", type=int, default=None, help="untimed steps (default 2; 3 with --compile)")
         q.add_argument("--dtype", choices=DTYPES, default=d.dtype)
         q.add_argument("--compile", action="store_true", help="torch.compile(dynamic=False) the forward")
         q.add_argument(
-            "--compile-mode", default=None, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+            "--compile-mode",
+            default=None,
+            choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
             help="torch.compile mode (reduce-overhead: CUDA graphs)",
-        )  # fmt: skip
+        )
         if name == "pretrain":
             q.add_argument("--impl", choices=("ours", "hf", "both"), default="ours", help="both: alternate")
         else:
@@ -514,11 +625,18 @@ def _run_bench(args: argparse.Namespace) -> int:
     from electra.bench import BenchSettings, bench_check, bench_finetune, bench_pretrain
 
     settings = BenchSettings(
-        preset=args.preset, overrides=args.set, batch_size=args.batch_size, seq_len=args.seq_len, device=args.device,
-        steps=args.steps, warmup=getattr(args, "warmup", None), dtype=getattr(args, "dtype", "fp32"),
-        compile=getattr(args, "compile", False), compile_mode=getattr(args, "compile_mode", None),
+        preset=args.preset,
+        overrides=args.set,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        device=args.device,
+        steps=args.steps,
+        warmup=getattr(args, "warmup", None),
+        dtype=getattr(args, "dtype", "fp32"),
+        compile=getattr(args, "compile", False),
+        compile_mode=getattr(args, "compile_mode", None),
         malloc_tuning=getattr(args, "malloc_tuning", False),
-    )  # fmt: skip
+    )
     if args.what == "pretrain":
         out = bench_pretrain(settings, args.impl)
     elif args.what == "finetune":

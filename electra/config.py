@@ -251,8 +251,14 @@ def load_config(preset_or_path: str | Path | None = None, overrides: list[str] |
     return cfg
 
 
-def _load(defaults: Any, folder: Path, name_or_path: str | Path | None, overrides: list[str], prefix: str,
-          what: tuple[str, str]) -> Any:  # fmt: skip
+def _load(
+    defaults: Any,
+    folder: Path,
+    name_or_path: str | Path | None,
+    overrides: list[str],
+    prefix: str,
+    what: tuple[str, str],
+) -> Any:
     """`defaults`, then a named preset of `folder` (`what`: what one is called, and several) or a YAML file, then
     `key=value` overrides (keys written with `prefix`, e.g. "finetune."), each merged strictly."""
     cfg = defaults
@@ -313,9 +319,12 @@ def _one_line(err: BaseException) -> str:
 
 
 KEY_ALIASES = {
-    "learning_rate": "lr", "num_train_steps": "max_steps", "num_warmup_steps": "warmup_steps",
-    "train_batch_size": "batch_size", "max_seq_length": "seq_len",
-}  # fmt: skip
+    "learning_rate": "lr",
+    "num_train_steps": "max_steps",
+    "num_warmup_steps": "warmup_steps",
+    "train_batch_size": "batch_size",
+    "max_seq_length": "seq_len",
+}
 """The names google-research/electra's configure_pretraining.py and configure_finetuning.py give our keys: a
 misspelled key that is one of them is told the key it means ("did you mean 'train.lr'?")."""
 
@@ -403,11 +412,23 @@ def validate(cfg: PretrainConfig) -> None:
 
     gen_sizes = (m.generator_hidden_size, m.generator_num_heads, m.generator_intermediate_size)
     ranges = [  # (key, value, ok, what it must be)
-        *[(f"model.{k}", getattr(m, k), getattr(m, k) >= 1, ">= 1") for k in (
-            "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-            "max_position_embeddings", "type_vocab_size")],
-        *[(f"model.generator_{k}", v, v is None or v >= 1, ">= 1 or null")
-          for k, v in zip(("hidden_size", "num_heads", "intermediate_size"), gen_sizes, strict=True)],
+        *[
+            (f"model.{k}", getattr(m, k), getattr(m, k) >= 1, ">= 1")
+            for k in (
+                "vocab_size",
+                "embedding_size",
+                "hidden_size",
+                "num_layers",
+                "num_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+            )
+        ],
+        *[
+            (f"model.generator_{k}", v, v is None or v >= 1, ">= 1 or null")
+            for k, v in zip(("hidden_size", "num_heads", "intermediate_size"), gen_sizes, strict=True)
+        ],
         ("model.generator_fraction", m.generator_fraction, fraction(m.generator_fraction, True, False), "in (0, 1]"),
         ("model.dropout", m.dropout, fraction(m.dropout), "in [0, 1)"),
         ("model.attention_dropout", m.attention_dropout, fraction(m.attention_dropout), "in [0, 1)"),
@@ -417,21 +438,41 @@ def validate(cfg: PretrainConfig) -> None:
         ("objective.mask_prob", o.mask_prob, fraction(o.mask_prob, True), "in (0, 1)"),
         ("objective.mask_token_prob", o.mask_token_prob, fraction(o.mask_token_prob, False, False), "in [0, 1]"),
         ("objective.temperature", o.temperature, positive(o.temperature), "> 0"),
-        ("objective.temperature_start", o.temperature_start,
-         o.temperature_start is None or positive(o.temperature_start), "> 0 or null"),
+        (
+            "objective.temperature_start",
+            o.temperature_start,
+            o.temperature_start is None or positive(o.temperature_start),
+            "> 0 or null",
+        ),
         ("objective.temperature_steps", o.temperature_steps, o.temperature_steps >= 0, ">= 0"),
-        ("objective.uniform_replace_prob", o.uniform_replace_prob, fraction(o.uniform_replace_prob, False, False),
-         "in [0, 1]"),
-        ("objective.generator_weight", o.generator_weight, o.generator_weight >= 0 and math.isfinite(
-            o.generator_weight), ">= 0"),
-        ("objective.discriminator_weight", o.discriminator_weight, o.discriminator_weight >= 0 and math.isfinite(
-            o.discriminator_weight), ">= 0"),
+        (
+            "objective.uniform_replace_prob",
+            o.uniform_replace_prob,
+            fraction(o.uniform_replace_prob, False, False),
+            "in [0, 1]",
+        ),
+        (
+            "objective.generator_weight",
+            o.generator_weight,
+            o.generator_weight >= 0 and math.isfinite(o.generator_weight),
+            ">= 0",
+        ),
+        (
+            "objective.discriminator_weight",
+            o.discriminator_weight,
+            o.discriminator_weight >= 0 and math.isfinite(o.discriminator_weight),
+            ">= 0",
+        ),
         ("data.seq_len", d.seq_len, d.seq_len >= 4, ">= 4 ([CLS] A [SEP] B [SEP] needs room)"),
         ("data.eval_fraction", d.eval_fraction, fraction(d.eval_fraction), "in [0, 1)"),
         ("train.max_steps", t.max_steps, t.max_steps >= 1, ">= 1"),
         ("train.batch_size", t.batch_size, t.batch_size >= 1, ">= 1"),
-        ("train.micro_batch_size", t.micro_batch_size, t.micro_batch_size is None or t.micro_batch_size >= 1,
-         ">= 1 or null"),
+        (
+            "train.micro_batch_size",
+            t.micro_batch_size,
+            t.micro_batch_size is None or t.micro_batch_size >= 1,
+            ">= 1 or null",
+        ),
         ("train.max_memory_gb", t.max_memory_gb, t.max_memory_gb is None or positive(t.max_memory_gb), "> 0 or null"),
         ("train.lr", t.lr, positive(t.lr), "> 0"),
         ("train.generator_lr_scale", t.generator_lr_scale, positive(t.generator_lr_scale), "> 0"),
@@ -442,31 +483,42 @@ def validate(cfg: PretrainConfig) -> None:
         ("train.eps", t.eps, positive(t.eps), "> 0"),
         ("train.grad_clip", t.grad_clip, positive(t.grad_clip), "> 0"),
         ("train.seed", t.seed, t.seed >= 0, ">= 0"),
-        *[(f"train.{k}", getattr(t, k), getattr(t, k) >= 1, ">= 1") for k in (
-            "log_every", "eval_every", "eval_batches", "save_every", "max_nonfinite", "collapse_patience")],
+        *[
+            (f"train.{k}", getattr(t, k), getattr(t, k) >= 1, ">= 1")
+            for k in ("log_every", "eval_every", "eval_batches", "save_every", "max_nonfinite", "collapse_patience")
+        ],
         ("train.keep_last", t.keep_last, t.keep_last >= 0, ">= 0 (0 keeps every checkpoint)"),
         ("train.decay_steps", t.decay_steps, t.decay_steps is None or t.decay_steps >= 1, ">= 1 (or null)"),
-    ]  # fmt: skip
+    ]
     for key, value, ok, requirement in ranges:
         if not ok:
             raise ConfigError(f"{key} must be {requirement}, got {value!r}")
     if t.micro_batch_size is not None and t.batch_size % t.micro_batch_size:
-        raise ConfigError(f"train.micro_batch_size {t.micro_batch_size} does not divide train.batch_size "
-                          f"{t.batch_size}")  # fmt: skip
+        raise ConfigError(
+            f"train.micro_batch_size {t.micro_batch_size} does not divide train.batch_size {t.batch_size}"
+        )
     with_replacement = o.masking == "fixed" and o.position_sampling == "with_replacement"
     checks = [
         (lambda: m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads"),
-        (lambda: m.generator.hidden_size % m.generator.num_heads == 0,
-         "generator hidden size must divide by its heads (model.generator_fraction, model.generator_num_heads)"),
-        (lambda: m.position_embedding != "rotary" or all(
-            (z.hidden_size // z.num_heads) % 2 == 0 for z in (m.discriminator, m.generator)),
-         "rotary positions rotate pairs of features: every head size (hidden / heads) must be even"),
+        (
+            lambda: m.generator.hidden_size % m.generator.num_heads == 0,
+            "generator hidden size must divide by its heads (model.generator_fraction, model.generator_num_heads)",
+        ),
+        (
+            lambda: (
+                m.position_embedding != "rotary"
+                or all((z.hidden_size // z.num_heads) % 2 == 0 for z in (m.discriminator, m.generator))
+            ),
+            "rotary positions rotate pairs of features: every head size (hidden / heads) must be even",
+        ),
         (lambda: d.seq_len <= m.max_position_embeddings, "data.seq_len exceeds model.max_position_embeddings"),
         (lambda: cfg.num_mask_slots >= 1, "objective.mask_prob leaves no masked slot at this data.seq_len"),
         # a repeated draw's slot moves to a free position (masking.py): N of them must remain besides the k drawn
-        (lambda: not with_replacement or 2 * cfg.num_mask_slots <= d.seq_len,
-         "objective.mask_prob above ~0.49 needs objective.position_sampling=without_replacement"),
-    ]  # fmt: skip
+        (
+            lambda: not with_replacement or 2 * cfg.num_mask_slots <= d.seq_len,
+            "objective.mask_prob above ~0.49 needs objective.position_sampling=without_replacement",
+        ),
+    ]
     for ok, message in checks:  # in order: each check may rely on the ones before it
         if not ok():
             raise ConfigError(message)
@@ -594,7 +646,7 @@ def validate_finetune(cfg: FinetuneConfig) -> None:
         (cfg.max_steps is None or cfg.max_steps >= 1, f"finetune.max_steps must be >= 1 or null, got {cfg.max_steps}"),
         (cfg.grad_clip > 0, f"finetune.grad_clip must be > 0, got {cfg.grad_clip}"),
         (cfg.max_length >= 5, f"finetune.max_length must be >= 5 ([CLS] A [SEP] B [SEP]), got {cfg.max_length}"),
-    ]  # fmt: skip
+    ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)

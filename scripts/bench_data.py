@@ -56,8 +56,9 @@ def spread(times: list[float]) -> str:
 
 def bench_assembly(data_dir: Path | None, builder: str, batch: int, seq_len: int, repeats: int) -> list[float]:
     """Tokens per second of `examples()` for consecutive global batches, one process."""
-    data = open_pretraining_data(DataConfig(path=str(data_dir) if data_dir else None, builder=builder,
-                                            seq_len=seq_len), seed=0)  # fmt: skip
+    data = open_pretraining_data(
+        DataConfig(path=str(data_dir) if data_dir else None, builder=builder, seq_len=seq_len), seed=0
+    )
     steps = 200
     data.train.examples(np.arange(batch))  # warm the page cache and numpy
     rates = []
@@ -89,8 +90,10 @@ def main() -> None:
     }
     work = Path(tempfile.mkdtemp(prefix="bench_data_"))
     if args.tokenizer is None:
-        times, path = timed(lambda: train_tokenizer(args.kind, args.vocab_size, [str(args.corpus)], work / "tok",
-                                                    show_progress=False), 1)  # fmt: skip
+        times, path = timed(
+            lambda: train_tokenizer(args.kind, args.vocab_size, [str(args.corpus)], work / "tok", show_progress=False),
+            1,
+        )
         results["tokenizer_train_s"] = times
         tok_dir = Path(path).parent
     else:
@@ -98,8 +101,11 @@ def main() -> None:
 
     runs = itertools.count()
     results["prepare_cpu_s"] = cpu = []
-    times, meta = timed(lambda: prepare([str(args.corpus)], tok_dir, work / f"prep{next(runs)}", args.workers,
-                                        show_progress=False), args.repeats, cpu)  # fmt: skip
+    times, meta = timed(
+        lambda: prepare([str(args.corpus)], tok_dir, work / f"prep{next(runs)}", args.workers, show_progress=False),
+        args.repeats,
+        cpu,
+    )
     results["prepare_s"] = times
     results["num_tokens"] = meta["num_tokens"]
     results["bytes"] = meta["bytes"]
@@ -112,8 +118,11 @@ def main() -> None:
             lines = [s.strip() for s in f if s.strip()]
 
         def plain():
-            return sum(len(e.ids) for i in range(0, len(lines), 4096)
-                       for e in tok.encode_batch_fast(lines[i : i + 4096], add_special_tokens=False))  # fmt: skip
+            return sum(
+                len(e.ids)
+                for i in range(0, len(lines), 4096)
+                for e in tok.encode_batch_fast(lines[i : i + 4096], add_special_tokens=False)
+            )
 
         results["baseline_hf_encode_s"], _ = timed(plain, 1)
 
@@ -126,8 +135,10 @@ def main() -> None:
     results["synthetic_corpus_generation_s"], _ = timed(synthetic_corpus, 1)
     results["load_average_after"] = os.getloadavg()
 
-    print(f"machine: {results['machine']}; load average before {results['load_average_before']}, "
-          f"after {results['load_average_after']}")  # fmt: skip
+    print(
+        f"machine: {results['machine']}; load average before {results['load_average_before']}, "
+        f"after {results['load_average_after']}"
+    )
     print(f"corpus: {args.corpus.name}, {results['bytes'] / 1e6:.1f} MB, {results['num_tokens']:,} tokens\n")
     print("| step | time | rate |\n|---|---|---|")
     if "tokenizer_train_s" in results:

@@ -23,8 +23,9 @@ from electra.data.pretraining_data import open_pretraining_data
 from electra.training.evaluation import token_log_frequencies
 
 
-def bert_masking(ids: torch.Tensor, special: torch.Tensor, vocab_size: int, mask_id: int,
-                 g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def bert_masking(
+    ids: torch.Tensor, special: torch.Tensor, vocab_size: int, mask_id: int, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input, training labels, labels at the slots shown as [MASK] only); -100 where no loss is taken."""
     chosen = ~torch.isin(ids, special) & (torch.rand(ids.shape, generator=g) < 0.15)
     r = torch.rand(ids.shape, generator=g)
@@ -51,10 +52,18 @@ def main() -> None:
     cfg = load_config(args.preset, [f"data.path={args.data}", f"data.seq_len={args.seq_len}"])
     data, m = open_pretraining_data(cfg.data, seed=0), cfg.model
     tok, vocab = data.tokens, data.tokens.vocab_size
-    model = ElectraForMaskedLM(ElectraConfig(
-        vocab_size=vocab, embedding_size=m.embedding_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size, max_position_embeddings=args.seq_len,
-        initializer_range=args.init_range))  # fmt: skip
+    model = ElectraForMaskedLM(
+        ElectraConfig(
+            vocab_size=vocab,
+            embedding_size=m.embedding_size,
+            hidden_size=m.hidden_size,
+            num_hidden_layers=m.num_layers,
+            num_attention_heads=m.num_heads,
+            intermediate_size=m.intermediate_size,
+            max_position_embeddings=args.seq_len,
+            initializer_range=args.init_range,
+        )
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / args.warmup) * max(0.0, 1 - s / args.steps)
@@ -73,9 +82,16 @@ def main() -> None:
         if step % max(1, args.steps // 6) == 0 or step == args.steps:
             model.eval()
             with torch.no_grad():
-                total = sum(F.cross_entropy(model(input_ids=eval_inputs[i:i + 64], attention_mask=eval_attention[
-                    i:i + 64]).logits.flatten(0, 1), eval_targets[i:i + 64].flatten(), reduction="sum").item()
-                    for i in range(0, len(eval_inputs), 64))  # fmt: skip
+                total = sum(
+                    F.cross_entropy(
+                        model(
+                            input_ids=eval_inputs[i : i + 64], attention_mask=eval_attention[i : i + 64]
+                        ).logits.flatten(0, 1),
+                        eval_targets[i : i + 64].flatten(),
+                        reduction="sum",
+                    ).item()
+                    for i in range(0, len(eval_inputs), 64)
+                )
             print(f"step {step}: held-out loss at [MASK] {total / len(slots):.3f} nats", flush=True)
             model.train()
         if step == args.steps:

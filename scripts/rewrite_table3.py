@@ -36,9 +36,18 @@ for line in old.splitlines():
     mean = task_mean(results, tasks)
     assert f"{mean:.2f}" == cells[5], (cells[0], mean, cells[5])
     above = [t for t in tasks if not at_chance(results, t)]
-    points.append({"name": cells[0], "params": float(cells[2].rstrip("M")) * 1e6, "flops": float(cells[3]),
-                   "pfs_days": mean / float(cells[6].split()[0].replace(",", "")), "score": mean,
-                   "above_chance": above, "above_chance_score": task_mean(results, above) if above else None,
-                   "finetune_cap": None, "max_steps_changes": []})  # fmt: skip
+    points.append(
+        {
+            "name": cells[0],
+            "params": float(cells[2].rstrip("M")) * 1e6,
+            "flops": float(cells[3]),
+            "pfs_days": mean / float(cells[6].split()[0].replace(",", "")),
+            "score": mean,
+            "above_chance": above,
+            "above_chance_score": task_mean(results, above) if above else None,
+            "finetune_cap": None,
+            "max_steps_changes": [],
+        }
+    )
 table = "\n".join(efficiency_table(points, baseline, average, tasks))
 (folder / "report.md").write_text(head + table.rstrip("\n") + "\n" + tail)

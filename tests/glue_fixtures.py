@@ -121,8 +121,16 @@ def write_custom_task(root: Path, name: str = "syn-agree", n_train: int = 64, n_
     rng = random.Random(seed)
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
-    spec = {"name": name, "text_a": "sentence", "text_b": None, "label": "label", "labels": ["0", "1"],
-            "metrics": ["accuracy", "mcc"], "main_metric": "accuracy", "epochs": 3}  # fmt: skip
+    spec = {
+        "name": name,
+        "text_a": "sentence",
+        "text_b": None,
+        "label": "label",
+        "labels": ["0", "1"],
+        "metrics": ["accuracy", "mcc"],
+        "main_metric": "accuracy",
+        "epochs": 3,
+    }
     (folder / "task.json").write_text(json.dumps(spec, indent=1))
     for split, n in (("train", n_train), ("dev", n_dev)):
         _write(folder / f"{split}.tsv", ["sentence\tlabel"] + [f"{sentence(rng, i % 2)}\t{i % 2}" for i in range(n)])

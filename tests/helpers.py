@@ -58,9 +58,17 @@ def token_info(vocab_size: int) -> TokenizerInfo:
 def tiny_model_config(**overrides) -> ModelConfig:
     """2 layers, hidden 32, vocabulary 97, no dropout: for the model, objective and equivalence tests."""
     base = dict(
-        vocab_size=97, embedding_size=24, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-        generator_fraction=0.5, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
-    )  # fmt: skip
+        vocab_size=97,
+        embedding_size=24,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=64,
+        generator_fraction=0.5,
+        max_position_embeddings=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     base.update(overrides)
     return ModelConfig(**base)
 
@@ -68,9 +76,15 @@ def tiny_model_config(**overrides) -> ModelConfig:
 def glue_model_config(vocab_size: int = 256, hidden: int = 32, embedding: int = 16, layers: int = 2) -> ModelConfig:
     """The fine-tuning tests' model (the fixture run folders' too): 2 heads, positions up to 128, default dropout."""
     return ModelConfig(
-        vocab_size=vocab_size, embedding_size=embedding, hidden_size=hidden, num_layers=layers, num_heads=2,
-        intermediate_size=2 * hidden, max_position_embeddings=128, generator_fraction=0.5,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        embedding_size=embedding,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+        generator_fraction=0.5,
+    )
 
 
 def tiny_model(**overrides) -> ElectraForPretraining:
@@ -108,19 +122,22 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
-def run_python(*argv: str, env: Mapping[str, str] | None = None, check: bool = False, **kwargs
-           ) -> subprocess.CompletedProcess:  # fmt: skip
+def run_python(
+    *argv: str, env: Mapping[str, str] | None = None, check: bool = False, **kwargs
+) -> subprocess.CompletedProcess:
     """`python ARGV` in a child with `child_env(env)`, from the repository root, its output captured as text;
     `check`: fail with the end of its stderr unless it exits 0. Other keywords go to subprocess.run."""
-    done = subprocess.run([sys.executable, *argv], env=child_env(env), cwd=ROOT, capture_output=True, text=True,
-                          **kwargs)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *argv], env=child_env(env), cwd=ROOT, capture_output=True, text=True, **kwargs
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"python {' '.join(argv)}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return done
 
 
-def run_cli(*args: str, env: Mapping[str, str] | None = None, check: bool = False, **kwargs
-            ) -> subprocess.CompletedProcess:  # fmt: skip
+def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, check: bool = False, **kwargs
+) -> subprocess.CompletedProcess:
     """`python -m electra.cli ARGS` in a child process (see `run_python`)."""
     return run_python("-m", "electra.cli", *args, env=env, check=check, **kwargs)
 
@@ -189,8 +206,14 @@ KILLED = -signal.SIGKILL
 """The exit code of a child that a failpoint killed."""
 
 
-def die_at(failpoint: str | None, target: Callable, *args, before: Callable[[], None] | None = None,
-           timeout: float = 300, **kwargs) -> int:  # fmt: skip
+def die_at(
+    failpoint: str | None,
+    target: Callable,
+    *args,
+    before: Callable[[], None] | None = None,
+    timeout: float = 300,
+    **kwargs,
+) -> int:
     """Run `target(*args, **kwargs)` in a forked child armed with ELECTRA_FAILPOINT=`failpoint` (after `before()`,
     e.g. a monkeypatch that only the child sees); returns its exit code: KILLED when the failpoint killed it."""
 
@@ -227,8 +250,12 @@ def prepared_synthetic_corpus(root: Path, num_documents: int, vocab_size: int) -
 # -- GLUE results and studies made up in a test --------------------------------------------------------------------
 
 
-def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = (), metric: str | None = "accuracy",
-                 baseline: float = 50.0) -> dict:  # fmt: skip
+def glue_results(
+    scores: dict[str, list[float]],
+    at_chance: tuple[str, ...] = (),
+    metric: str | None = "accuracy",
+    baseline: float = 50.0,
+) -> dict:
     """results.json of a sweep whose seeds scored `scores[task]` (on `metric`; None: each task's metric as the
     paper reports it), `at_chance` tasks flagged, as electra/glue/report.py summarizes them."""
     from electra.glue.report import summarize
@@ -238,24 +265,52 @@ def glue_results(scores: dict[str, list[float]], at_chance: tuple[str, ...] = ()
     for task, values in scores.items():
         name = metric or TASK_METRIC[task]
         for seed, v in enumerate(values):
-            chance = {"at_chance": task in at_chance, "metric": name, "value": v, "baseline": baseline,
-                      "margin": 5.0, "constant": False}  # fmt: skip
-            records.append({"task": task, "seed": seed, "metrics": {name: v}, "extra_metrics": {}, "n_train": 10,
-                            "n_eval": 5, "chance": chance, "seconds": 2.0})  # fmt: skip
+            chance = {
+                "at_chance": task in at_chance,
+                "metric": name,
+                "value": v,
+                "baseline": baseline,
+                "margin": 5.0,
+                "constant": False,
+            }
+            records.append(
+                {
+                    "task": task,
+                    "seed": seed,
+                    "metrics": {name: v},
+                    "extra_metrics": {},
+                    "n_train": 10,
+                    "n_eval": 5,
+                    "chance": chance,
+                    "seconds": 2.0,
+                }
+            )
     return {k: v for k, v in summarize(records).items() if not k.startswith("_")}
 
 
-def fake_study(root: Path, scores: dict[str, list[float] | dict[str, list[float]]], task: str = "rte",
-               metric: str | None = "accuracy", data: str | None = None,
-               kinds: dict[str, str] | None = None) -> Path:  # fmt: skip
+def fake_study(
+    root: Path,
+    scores: dict[str, list[float] | dict[str, list[float]]],
+    task: str = "rte",
+    metric: str | None = "accuracy",
+    data: str | None = None,
+    kinds: dict[str, str] | None = None,
+) -> Path:
     """A study folder with only study.json and each setting's GLUE results.json (its seeds scoring
     `scores[setting]` on `task`'s `metric`, or on each task of a dict task -> scores); the setting `none` is the
     no-pretraining baseline, the others ELECTRA unless `kinds` says; `data`: the study's prepared corpus.
     `fake_pretrain_run` adds a setting's pretraining run."""
     settings, kinds = [], kinds or {}
     for name, values in scores.items():
-        settings.append({"name": name, "kind": "none" if name == "none" else kinds.get(name, "electra"), "steps": 0,
-                         "pretrain": f"runs/{name}/pretrain", "glue": f"runs/{name}/glue"})  # fmt: skip
+        settings.append(
+            {
+                "name": name,
+                "kind": "none" if name == "none" else kinds.get(name, "electra"),
+                "steps": 0,
+                "pretrain": f"runs/{name}/pretrain",
+                "glue": f"runs/{name}/glue",
+            }
+        )
         (root / "runs" / name / "glue").mkdir(parents=True)
         results = glue_results(values if isinstance(values, dict) else {task: values}, metric=metric)
         (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(results))

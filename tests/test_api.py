@@ -15,8 +15,10 @@ from tests.helpers import ROOT, run_python
 
 @pytest.mark.slow  # a fresh interpreter
 def test_import_electra_loads_no_torch():
-    script = ("import json, sys, electra; print(json.dumps({'heavy': [m for m in ('torch', 'transformers', "
-              "'datasets') if m in sys.modules], 'dir': 'run_sweep' in dir(electra)}))")  # fmt: skip
+    script = (
+        "import json, sys, electra; print(json.dumps({'heavy': [m for m in ('torch', 'transformers', "
+        "'datasets') if m in sys.modules], 'dir': 'run_sweep' in dir(electra)}))"
+    )
     done = run_python("-c", script, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"heavy": [], "dir": True}
@@ -25,9 +27,22 @@ def test_import_electra_loads_no_torch():
 def test_the_names_are_the_functions_the_commands_call():
     import electra
 
-    assert electra.__all__ == ["train_tokenizer", "prepare", "load_config", "pretrain", "load_finetune_config",
-                               "SweepSpec", "run_sweep", "write_report", "StudySpec", "run_study", "export_run_to_hf",
-                               "import_run_from_hf", "from_hf", "to_hf"]  # fmt: skip
+    assert electra.__all__ == [
+        "train_tokenizer",
+        "prepare",
+        "load_config",
+        "pretrain",
+        "load_finetune_config",
+        "SweepSpec",
+        "run_sweep",
+        "write_report",
+        "StudySpec",
+        "run_study",
+        "export_run_to_hf",
+        "import_run_from_hf",
+        "from_hf",
+        "to_hf",
+    ]
     import electra.training.loop  # noqa: F401 - the module beside the function: importing it must not shadow it
 
     for name, module in electra.API.items():

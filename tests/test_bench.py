@@ -144,8 +144,23 @@ def test_bench_needs_none_of_the_packages_a_bare_gpu_machine_lacks():
 
 def test_the_real_loop_needs_none_of_them_either(tmp_path):
     """scripts/bench_gpu.sh part 5 runs `electra pretrain` (held-out evaluation and a checkpoint included)."""
-    args = ["pretrain", "--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--eval-every", "2",
-            "--set", "train.eval_batches=1", "--set", "data.seq_len=32", "--out", str(tmp_path / "run")]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--set",
+        "train.eval_batches=1",
+        "--set",
+        "data.seq_len=32",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     done = run_python("-c", BARE_MACHINE, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     assert '"eval_disc_auc"' in (tmp_path / "run" / "metrics.jsonl").read_text()
@@ -177,8 +192,10 @@ def test_the_bench_step_calls_the_model_as_the_loop_does(tmp_path, monkeypatch):
         return forward(self, input_ids, attention_mask, *args, **kwargs)
 
     monkeypatch.setattr(ElectraForPretraining, "forward", recording)
-    cfg = load_config("tiny", ["data.seq_len=32", "train.batch_size=4", "train.max_steps=1", "train.eval_batches=1",
-                               "model.vocab_size=64"])  # fmt: skip
+    cfg = load_config(
+        "tiny",
+        ["data.seq_len=32", "train.batch_size=4", "train.max_steps=1", "train.eval_batches=1", "model.vocab_size=64"],
+    )
     data = PretrainingData(train=SyntheticExamples(), eval=SyntheticExamples(), tokens=token_info(vocab_size=64))
     pretrain(cfg, tmp_path, device="cpu", data=data, progress=False)
     loop, masks[:] = list(masks), []

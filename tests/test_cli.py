@@ -11,11 +11,18 @@ from electra.utils.wording import budget, plural
 
 # the least each command needs to parse
 REQUIRED = {
-    "tokenizer": ["train", "--out", "x", "in.txt"], "data": ["prepare", "--tokenizer", "t", "--out", "x", "in.txt"],
-    "pretrain": ["--out", "x"], "glue": ["--out", "x"], "study": ["--out", "x"], "report": ["x"],
-    "export-hf": ["run", "out"], "import-hf": ["--discriminator", "d", "--generator", "g", "--out", "x"],
-    "flops": [], "bench": ["pretrain"], "demo": [],
-}  # fmt: skip
+    "tokenizer": ["train", "--out", "x", "in.txt"],
+    "data": ["prepare", "--tokenizer", "t", "--out", "x", "in.txt"],
+    "pretrain": ["--out", "x"],
+    "glue": ["--out", "x"],
+    "study": ["--out", "x"],
+    "report": ["x"],
+    "export-hf": ["run", "out"],
+    "import-hf": ["--discriminator", "d", "--generator", "g", "--out", "x"],
+    "flops": [],
+    "bench": ["pretrain"],
+    "demo": [],
+}
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
@@ -31,8 +38,19 @@ def test_every_command_takes_quiet(command):
 
 
 def test_pretrain_quiet_draws_no_progress_bar(tmp_path, capsys):
-    args = ["pretrain", "--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--eval-every", "1000",
-            "--set", "train.eval_batches=1"]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "1000",
+        "--set",
+        "train.eval_batches=1",
+    ]
     assert main([*args, "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert "pretrain:" not in capsys.readouterr().err
     assert main([*args, "--out", str(tmp_path / "loud")]) == 0
@@ -67,8 +85,14 @@ def test_counts_and_budgets_read_as_people_write_them(tmp_path):
     assert [plural(1, "seed"), plural(3, "seed"), plural(1200, "step")] == ["1 seed", "3 seeds", "1,200 steps"]
     assert budget("flops=161988147200.0") == "flops=1.62e+11" and budget("steps=6000") == "steps=6,000"
     assert budget("steps") == "steps"
-    chance = {"at_chance": True, "metric": "accuracy", "value": 50.0, "baseline": 50.0, "margin": 5.0,
-              "constant": False}  # fmt: skip
+    chance = {
+        "at_chance": True,
+        "metric": "accuracy",
+        "value": 50.0,
+        "baseline": 50.0,
+        "margin": 5.0,
+        "constant": False,
+    }
     assert chance_lines({"rte": [{"chance": chance}]})[0].startswith("rte: 1 of 1 seed at chance level")
     study = fake_study(tmp_path / "s", {"electra": [60.0]})
     meta = json.loads((study / "study.json").read_text())
@@ -85,8 +109,27 @@ def test_pretrain_ends_with_the_held_out_numbers_and_the_gates_word(tmp_path, ca
     import json
 
     out = tmp_path / "run"
-    assert main(["pretrain", "--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--eval-every", "1000",
-                 "--set", "train.eval_batches=1", "--out", str(out), "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "pretrain",
+                "--config",
+                "tiny",
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "4",
+                "--eval-every",
+                "1000",
+                "--set",
+                "train.eval_batches=1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     ev = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_disc_auc" in r][-1]
     assert last.startswith("held-out at step 2: MLM at [MASK]: accuracy ")
@@ -133,8 +176,25 @@ def test_glue_on_a_missing_cuda_is_refused_before_any_data_is_read_in_pretrains_
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible")
     missing = tmp_path / "no-such-glue"
-    assert main(["glue", "--model", str(tmp_path), "--tasks", "rte", "--glue-dir", str(missing), "--device", "cuda",
-                 "--out", str(tmp_path / "out"), "--quiet"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "glue",
+                "--model",
+                str(tmp_path),
+                "--tasks",
+                "rte",
+                "--glue-dir",
+                str(missing),
+                "--device",
+                "cuda",
+                "--out",
+                str(tmp_path / "out"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     glue_err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--device cuda: no CUDA device is visible" in glue_err and str(missing) not in glue_err
     assert main(["pretrain", "--config", "tiny", "--device", "cuda", "--out", str(tmp_path / "run")]) == 2

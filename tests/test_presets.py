@@ -149,8 +149,16 @@ def test_tiny_is_small_scaled_down_with_offs_objective():
     assert m.embedding_size <= m.hidden_size and cfg.data.seq_len <= m.max_position_embeddings
     assert cfg.objective == ObjectiveConfig()  # the whole objective is OFF's
     assert cfg.num_mask_slots == int((0.15 + 0.005) * cfg.data.seq_len)
-    for key in ("model.init", "train.optimizer", "train.schedule", "train.eps", "train.weight_decay",
-                "train.grad_clip", "model.dropout", "model.layer_norm_eps"):  # fmt: skip
+    for key in (
+        "model.init",
+        "train.optimizer",
+        "train.schedule",
+        "train.eps",
+        "train.weight_decay",
+        "train.grad_clip",
+        "model.dropout",
+        "model.layer_norm_eps",
+    ):
         assert value(cfg, key) == SMALL[key], key
 
 
@@ -164,7 +172,19 @@ def test_cpu_is_tiny_with_rotary_positions_short_sequences_and_real_text_sizes()
     assert (g.hidden_size, g.num_heads, g.intermediate_size) == (16, 1, 64)  # 1/4, as OFF's Small
     assert (cpu.model.vocab_size, cpu.data.seq_len, cpu.train.batch_size) == (4096, 32, 64)
     assert cpu.data.seq_len * cpu.train.batch_size == 128 * 16  # the tokens per step of length 128, batch 16
-    for key in ("model.hidden_size", "model.num_layers", "model.num_heads", "model.intermediate_size",
-                "model.embedding_size", "model.init", "model.dropout", "model.generator_fraction", "train.lr",
-                "train.optimizer", "train.schedule", "train.weight_decay", "train.grad_clip"):  # fmt: skip
+    for key in (
+        "model.hidden_size",
+        "model.num_layers",
+        "model.num_heads",
+        "model.intermediate_size",
+        "model.embedding_size",
+        "model.init",
+        "model.dropout",
+        "model.generator_fraction",
+        "train.lr",
+        "train.optimizer",
+        "train.schedule",
+        "train.weight_decay",
+        "train.grad_clip",
+    ):
         assert value(cpu, key) == value(tiny, key), key

@@ -32,8 +32,15 @@ from electra.utils.errors import CorruptFileError, InputError
 from electra.utils.files import CHECKSUMS_FILE
 from tests.helpers import assert_same_state, cli_main, metric_rows, prepared_synthetic_corpus
 
-RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",
-       "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
+RUN = [
+    "train.batch_size=4",
+    "train.max_steps=6",
+    "train.save_every=2",
+    "train.eval_every=3",
+    "train.log_every=1",
+    "train.eval_batches=1",
+    "train.warmup_steps=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +72,17 @@ DAMAGE = {
     "model.safetensors flipped": (lambda c: flip_middle_byte(c / "model.safetensors"), "model.safetensors: sha256"),
     "optimizer.pt flipped": (lambda c: flip_middle_byte(c / "optimizer.pt"), "optimizer.pt: sha256"),
     "state.json missing": (lambda c: (c / "state.json").unlink(), "state.json: missing"),
-    "state.json edited": (lambda c: (c / "state.json").write_text((c / "state.json").read_text().replace(
-        '"step": 6', '"step": 7')), "state.json: sha256"),
-    "config.yaml edited": (lambda c: (c / "config.yaml").write_text((c / "config.yaml").read_text().replace(
-        "lr: 0.001", "lr: 0.002")), "config.yaml: sha256"),
+    "state.json edited": (
+        lambda c: (c / "state.json").write_text((c / "state.json").read_text().replace('"step": 6', '"step": 7')),
+        "state.json: sha256",
+    ),
+    "config.yaml edited": (
+        lambda c: (c / "config.yaml").write_text((c / "config.yaml").read_text().replace("lr: 0.001", "lr: 0.002")),
+        "config.yaml: sha256",
+    ),
     "config.yaml missing": (lambda c: (c / "config.yaml").unlink(), "config.yaml: missing"),
     "SHA256SUMS missing": (lambda c: (c / CHECKSUMS_FILE).unlink(), "SHA256SUMS: missing"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
@@ -172,7 +183,7 @@ CORPUS_DAMAGE = {
     "documents.npy edited": (lambda d: _edit_offsets(d / "documents.npy"), "documents.npy: sha256"),
     "lines.npy flipped": (lambda d: flip_middle_byte(d / "lines.npy"), "lines.npy: sha256"),
     "tokenizer edited": (lambda d: (d / "tokenizer" / "tokenizer.json").write_text("{}"), "tokenizer.json: does not"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("damage", list(CORPUS_DAMAGE))
@@ -182,8 +193,12 @@ def test_a_damaged_prepared_corpus_is_refused_naming_the_file(data, damage, caps
     with pytest.raises(CorruptFileError, match=message):
         open_corpus(data)
     # pretraining on it stops before any work, in one line naming the file
-    assert cli_main(["pretrain", "--config", "tiny", "--data", str(data), "--out", str(data.parent / "run"),
-                     "--max-steps", "1"]) == 2  # fmt: skip
+    assert (
+        cli_main(
+            ["pretrain", "--config", "tiny", "--data", str(data), "--out", str(data.parent / "run"), "--max-steps", "1"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.split(":")[0] in err and not (data.parent / "run" / "checkpoints").exists()
 

@@ -11,8 +11,15 @@ from electra.config import load_config
 from electra.training.loop import pretrain
 from tests.helpers import assert_same_state, final_state, metric_rows, torchrun
 
-RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=3", "train.eval_every=3", "train.log_every=1",
-       "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
+RUN = [
+    "train.batch_size=4",
+    "train.max_steps=6",
+    "train.save_every=3",
+    "train.eval_every=3",
+    "train.log_every=1",
+    "train.eval_batches=1",
+    "train.warmup_steps=2",
+]
 
 
 def _differ(a, b) -> bool:

@@ -26,8 +26,15 @@ from electra.utils.errors import DiskFullError
 from tests.glue_fixtures import make_run, write_glue
 from tests.helpers import assert_same_state, cli_main, metric_rows, without_seconds, write_synthetic_text
 
-RUN = ["train.batch_size=4", "train.max_steps=6", "train.save_every=2", "train.eval_every=3", "train.log_every=1",
-       "train.eval_batches=1", "train.warmup_steps=2"]  # fmt: skip
+RUN = [
+    "train.batch_size=4",
+    "train.max_steps=6",
+    "train.save_every=2",
+    "train.eval_every=3",
+    "train.log_every=1",
+    "train.eval_batches=1",
+    "train.warmup_steps=2",
+]
 CHECKPOINT_BYTES = 1_840_000  # one tiny-preset checkpoint (optimizer.pt 1.23 MB, model.safetensors 0.59 MB)
 
 
@@ -138,9 +145,15 @@ def test_a_prepared_corpus_hit_by_an_injected_enospc_keeps_the_old_one(tokenizer
 
 def test_a_glue_result_hit_by_a_full_disk_keeps_the_finished_runs(tmp_path, monkeypatch, capsys):
     root = tmp_path / "world"
-    spec = SweepSpec(out=str(tmp_path / "out"), model=str(make_run(root / "run")), tasks=["rte"],
-                     glue_dir=str(write_glue(root / "glue", n_train=16, n_dev=8)), seeds=[0, 1, 2],
-                     finetune=FinetuneConfig(max_steps=2, batch_size=4), progress=False)  # fmt: skip
+    spec = SweepSpec(
+        out=str(tmp_path / "out"),
+        model=str(make_run(root / "run")),
+        tasks=["rte"],
+        glue_dir=str(write_glue(root / "glue", n_train=16, n_dev=8)),
+        seeds=[0, 1, 2],
+        finetune=FinetuneConfig(max_steps=2, batch_size=4),
+        progress=False,
+    )
     straight = run_sweep(dataclasses.replace(spec, out=str(tmp_path / "straight")))
     out = Path(spec.out)
     monkeypatch.setattr(faults, "_hits", {})

@@ -47,8 +47,13 @@ from electra.utils.errors import InputError
 
 FAST_EXAMPLES = int(os.environ.get("ELECTRA_FUZZ_EXAMPLES", "300"))
 SLOW_EXAMPLES = int(os.environ.get("ELECTRA_FUZZ_EXAMPLES_SLOW", "5000"))
-FAST = settings(max_examples=FAST_EXAMPLES, deadline=timedelta(seconds=5), derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+FAST = settings(
+    max_examples=FAST_EXAMPLES,
+    deadline=timedelta(seconds=5),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 SLOW = settings(FAST, max_examples=SLOW_EXAMPLES, derandomize=False)
 SEEN: collections.Counter = collections.Counter()
 """(reader, "loaded" | "refused") -> inputs seen."""
@@ -60,8 +65,10 @@ def _summary():
     readers = sorted({reader for reader, _ in SEEN})
     for reader in readers:
         loaded, refused = SEEN[(reader, "loaded")], SEEN[(reader, "refused")]
-        print(f"\nfuzz {reader}: {loaded + refused} inputs, {loaded} loaded, {refused} refused with a located "
-              "message, 0 unhandled exceptions")  # fmt: skip
+        print(
+            f"\nfuzz {reader}: {loaded + refused} inputs, {loaded} loaded, {refused} refused with a located "
+            "message, 0 unhandled exceptions"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +78,43 @@ def scratch(tmp_path_factory) -> Path:
 
 # -- strategies -------------------------------------------------------------------------------------------------
 
-ODD_TEXT = ["", " ", '"', "'", "\t", "\r", "\n", "\r\n", "\x00", "\ufeff", "\u2028", "\x85", "é", "\U0001f600",
-            "nan", "NaN", "inf", "-inf", "1e400", "-1", "0", "3.5", "#", "null", "[", "{", "- x", "a: b",
-            "!!python/object/apply:os.system ['touch pwned']", "1" * 5000, "2020-02-30", "[" * 3000]  # fmt: skip
-scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
-                   st.sampled_from(ODD_TEXT))  # fmt: skip
+ODD_TEXT = [
+    "",
+    " ",
+    '"',
+    "'",
+    "\t",
+    "\r",
+    "\n",
+    "\r\n",
+    "\x00",
+    "\ufeff",
+    "\u2028",
+    "\x85",
+    "é",
+    "\U0001f600",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e400",
+    "-1",
+    "0",
+    "3.5",
+    "#",
+    "null",
+    "[",
+    "{",
+    "- x",
+    "a: b",
+    "!!python/object/apply:os.system ['touch pwned']",
+    "1" * 5000,
+    "2020-02-30",
+    "[" * 3000,
+]
+scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12), st.sampled_from(ODD_TEXT)
+)
 json_value = st.recursive(
     scalar, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4), max_leaves=12
 )
@@ -129,20 +168,60 @@ def glue_tsv(draw) -> tuple[str, bool, bytes]:
 
 
 CUSTOM_VALID = [
-    {"name": "my-task", "text_a": "sentence", "text_b": None, "label": "label", "labels": ["0", "1"],
-     "metrics": ["accuracy", "mcc"], "main_metric": "accuracy", "epochs": 3},
-    {"name": "pairs", "text_a": "s1", "text_b": "s2", "label": "y", "labels": ["no", "yes"], "metrics": ["f1"],
-     "main_metric": "f1", "epochs": 2, "unordered": True},
-    {"name": "score", "text_a": "s1", "text_b": "s2", "label": "score", "labels": None,
-     "metrics": ["pearson", "spearman"], "main_metric": "spearman", "epochs": 10, "target_scale": 5.0,
-     "prediction_range": [0, 5]},
-    {"name": "three", "text_a": "t", "text_b": None, "label": "l", "labels": ["a", "b", "c"], "metrics": ["accuracy"],
-     "main_metric": "accuracy", "epochs": 1},
-]  # fmt: skip
-CUSTOM_VALUES = {"name": st.sampled_from(["", "rte", "a/b", "a b", "ok"]), "labels": st.lists(
-    scalar | st.sampled_from(["0", "1", "2"]), max_size=4), "metrics": st.lists(st.sampled_from(METRICS) | scalar,
-    max_size=3), "main_metric": st.sampled_from(METRICS), "epochs": st.integers(-1, 5), "unordered": st.booleans(),
-    "target_scale": st.floats(), "prediction_range": st.lists(st.floats() | scalar, max_size=3)}  # fmt: skip
+    {
+        "name": "my-task",
+        "text_a": "sentence",
+        "text_b": None,
+        "label": "label",
+        "labels": ["0", "1"],
+        "metrics": ["accuracy", "mcc"],
+        "main_metric": "accuracy",
+        "epochs": 3,
+    },
+    {
+        "name": "pairs",
+        "text_a": "s1",
+        "text_b": "s2",
+        "label": "y",
+        "labels": ["no", "yes"],
+        "metrics": ["f1"],
+        "main_metric": "f1",
+        "epochs": 2,
+        "unordered": True,
+    },
+    {
+        "name": "score",
+        "text_a": "s1",
+        "text_b": "s2",
+        "label": "score",
+        "labels": None,
+        "metrics": ["pearson", "spearman"],
+        "main_metric": "spearman",
+        "epochs": 10,
+        "target_scale": 5.0,
+        "prediction_range": [0, 5],
+    },
+    {
+        "name": "three",
+        "text_a": "t",
+        "text_b": None,
+        "label": "l",
+        "labels": ["a", "b", "c"],
+        "metrics": ["accuracy"],
+        "main_metric": "accuracy",
+        "epochs": 1,
+    },
+]
+CUSTOM_VALUES = {
+    "name": st.sampled_from(["", "rte", "a/b", "a b", "ok"]),
+    "labels": st.lists(scalar | st.sampled_from(["0", "1", "2"]), max_size=4),
+    "metrics": st.lists(st.sampled_from(METRICS) | scalar, max_size=3),
+    "main_metric": st.sampled_from(METRICS),
+    "epochs": st.integers(-1, 5),
+    "unordered": st.booleans(),
+    "target_scale": st.floats(),
+    "prediction_range": st.lists(st.floats() | scalar, max_size=3),
+}
 
 
 @st.composite
@@ -202,8 +281,13 @@ def any_value(key: str) -> st.SearchStrategy:
     return plausible(key) | plausible(key) | config_value
 
 
-config_value = st.one_of(scalar, st.integers(-3, 300), st.floats(-2, 2), st.lists(scalar, max_size=3),
-                         st.dictionaries(st.text(max_size=5), scalar, max_size=2))  # fmt: skip
+config_value = st.one_of(
+    scalar,
+    st.integers(-3, 300),
+    st.floats(-2, 2),
+    st.lists(scalar, max_size=3),
+    st.dictionaries(st.text(max_size=5), scalar, max_size=2),
+)
 
 
 @st.composite
@@ -291,8 +375,11 @@ def check_corpus(scratch: Path, suffix: str, data: bytes) -> None:
         docs = list(read_documents(resolve_inputs([str(path)])))
     except InputError as err:
         # .jsonl: the line; empty files and files without text: the file
-        assert located(str(err), path, line_required=suffix == ".jsonl" and "no text" not in str(err)
-                       and "empty input" not in str(err)), str(err)  # fmt: skip
+        assert located(
+            str(err),
+            path,
+            line_required=suffix == ".jsonl" and "no text" not in str(err) and "empty input" not in str(err),
+        ), str(err)
         SEEN[(f"corpus {suffix}", "refused")] += 1
         return
     assert docs and all(doc and all(line and line == line.strip() for line in doc) for doc in docs)
@@ -305,9 +392,19 @@ def jsonl_line() -> st.SearchStrategy[bytes]:
         st.builds(lambda t: json.dumps({"text": t}, ensure_ascii=False).encode("utf-8"), st.text(max_size=40)),
         json_value.map(lambda v: json.dumps(v).encode()),
         st.binary(max_size=40),
-        st.sampled_from([b"", b" ", b"1" * 5000, b"[" * 5000, b'{"text": "a\\ud800"}', b'{"text": 1}',
-                         b'{"text": "\xff\xfe"}', b'{"text": "x"} trailing']),
-    )  # fmt: skip
+        st.sampled_from(
+            [
+                b"",
+                b" ",
+                b"1" * 5000,
+                b"[" * 5000,
+                b'{"text": "a\\ud800"}',
+                b'{"text": 1}',
+                b'{"text": "\xff\xfe"}',
+                b'{"text": "x"} trailing',
+            ]
+        ),
+    )
 
 
 def check_preset(scratch: Path, data: bytes) -> None:
@@ -348,8 +445,10 @@ def test_fuzzed_glue_tsv_loads_or_is_refused_naming_file_and_line(scratch, case)
 @pytest.mark.slow
 @FAST
 @given(data=task_json())
-@example(data=b'{"name": "x", "text_a": "a", "text_b": null, "label": "l", "labels": ["0", "1"], '
-              b'"metrics": ["accuracy"], "main_metric": "accuracy", "epochs": 3}')  # fmt: skip
+@example(
+    data=b'{"name": "x", "text_a": "a", "text_b": null, "label": "l", "labels": ["0", "1"], '
+    b'"metrics": ["accuracy"], "main_metric": "accuracy", "epochs": 3}'
+)
 def test_fuzzed_custom_task_json_loads_or_is_refused_naming_the_file(scratch, data):
     check_task_json(scratch, data)
 
@@ -474,8 +573,16 @@ def test_glue_tsv_with_a_huge_cell_is_refused_naming_file_and_line(scratch):
         read_tsv(scratch / "task.tsv", TASKS["rte"])
 
 
-CUSTOM = {"name": "x", "text_a": "a", "text_b": None, "label": "l", "labels": ["0", "1"], "metrics": ["accuracy"],
-          "main_metric": "accuracy", "epochs": 3}  # fmt: skip
+CUSTOM = {
+    "name": "x",
+    "text_a": "a",
+    "text_b": None,
+    "label": "l",
+    "labels": ["0", "1"],
+    "metrics": ["accuracy"],
+    "main_metric": "accuracy",
+    "epochs": 3,
+}
 
 
 def test_custom_task_with_unhashable_labels_is_refused(scratch):
@@ -506,7 +613,8 @@ def test_custom_task_labels_equal_as_strings_are_refused(scratch):
 # -- out-of-range config values: refused before any work, naming the key ------------------------------------------
 
 OUT_OF_RANGE = [
-    ("train.lr=-1e-3", "train.lr must be > 0"), ("train.lr=.nan", "train.lr must be > 0"),
+    ("train.lr=-1e-3", "train.lr must be > 0"),
+    ("train.lr=.nan", "train.lr must be > 0"),
     ("objective.mask_prob=0", "objective.mask_prob must be in (0, 1)"),
     ("objective.mask_prob=1", "objective.mask_prob must be in (0, 1)"),
     ("model.generator_fraction=0", "model.generator_fraction must be in (0, 1]"),
@@ -517,13 +625,18 @@ OUT_OF_RANGE = [
     ("data.eval_fraction=-0.1", "data.eval_fraction must be in [0, 1)"),
     ("train.batch_size=0", "train.batch_size must be >= 1"),
     ("train.micro_batch_size=3", "train.micro_batch_size 3 does not divide train.batch_size 32"),
-    ("train.log_every=0", "train.log_every must be >= 1"), ("train.save_every=0", "train.save_every must be >= 1"),
-    ("train.eval_every=0", "train.eval_every must be >= 1"), ("model.num_heads=0", "model.num_heads must be >= 1"),
-    ("model.dropout=1", "model.dropout must be in [0, 1)"), ("train.beta2=1", "train.beta2 must be in [0, 1)"),
-    ("train.grad_clip=0", "train.grad_clip must be > 0"), ("train.seed=-1", "train.seed must be >= 0"),
+    ("train.log_every=0", "train.log_every must be >= 1"),
+    ("train.save_every=0", "train.save_every must be >= 1"),
+    ("train.eval_every=0", "train.eval_every must be >= 1"),
+    ("model.num_heads=0", "model.num_heads must be >= 1"),
+    ("model.dropout=1", "model.dropout must be in [0, 1)"),
+    ("train.beta2=1", "train.beta2 must be in [0, 1)"),
+    ("train.grad_clip=0", "train.grad_clip must be > 0"),
+    ("train.seed=-1", "train.seed must be >= 0"),
     ("objective.temperature=.inf", "objective.temperature must be > 0"),
-    ("objective.masking=bernoulli", None), ("model.generator_fraction=1.0", None),
-]  # fmt: skip
+    ("objective.masking=bernoulli", None),
+    ("model.generator_fraction=1.0", None),
+]
 
 
 @pytest.mark.parametrize("item, message", OUT_OF_RANGE)

@@ -42,8 +42,15 @@ from tests.helpers import (
 )
 
 # log windows (2) straddle checkpoints (3): a resumed run must restore the open window to log the same lines
-TINY = ["train.batch_size=4", "train.max_steps=12", "train.save_every=3", "train.eval_every=4", "train.log_every=2",
-        "train.eval_batches=2", "train.warmup_steps=4"]  # fmt: skip
+TINY = [
+    "train.batch_size=4",
+    "train.max_steps=12",
+    "train.save_every=3",
+    "train.eval_every=4",
+    "train.log_every=2",
+    "train.eval_batches=2",
+    "train.warmup_steps=4",
+]
 
 
 def test_pretraining_killed_at_each_failpoint_resumes_bit_identical(tmp_path):
@@ -55,8 +62,9 @@ def test_pretraining_killed_at_each_failpoint_resumes_bit_identical(tmp_path):
         import electra.training.evaluation as evaluation
 
         calls, real = [], evaluation.batch_to_device
-        evaluation.batch_to_device = lambda *a: calls.append(1) or (os.kill(os.getpid(), 9) if len(calls) == 2 else
-                                                                 real(*a))  # fmt: skip
+        evaluation.batch_to_device = lambda *a: (
+            calls.append(1) or (os.kill(os.getpid(), 9) if len(calls) == 2 else real(*a))
+        )
 
     schedule = [  # (failpoint, the child's own patch, the step the run can resume from afterwards)
         ("checkpoint.write:optimizer.pt@2", None, 3),  # the save of step 6, half written
@@ -98,8 +106,10 @@ def test_data_prepare_killed_leaves_the_old_folder_or_none_and_reruns_complete_i
     import electra.data.prepare as prepare_module
 
     monkeypatch.setattr(prepare_module, "BATCH_BYTES", 4096)  # many batches: kills land between appends
-    old_text, new_text = write_synthetic_text(tmp_path / "old.txt", 1, 30), write_synthetic_text(tmp_path / "new.txt",
-                                                                                               2, 200)  # fmt: skip
+    old_text, new_text = (
+        write_synthetic_text(tmp_path / "old.txt", 1, 30),
+        write_synthetic_text(tmp_path / "new.txt", 2, 200),
+    )
     reference = _prepare(new_text, tokenizer, tmp_path / "reference")
     out = tmp_path / "out"
     old = _prepare(old_text, tokenizer, out)
@@ -128,8 +138,15 @@ def glue_world(tmp_path_factory):
 
 
 def _sweep(world, out: Path, **changes) -> SweepSpec:
-    spec = SweepSpec(out=str(out), model=str(world["run"]), tasks=["rte", "wnli"], glue_dir=str(world["glue"]),
-                     seeds=[0, 1], finetune=FinetuneConfig(max_steps=2, batch_size=4), progress=False)  # fmt: skip
+    spec = SweepSpec(
+        out=str(out),
+        model=str(world["run"]),
+        tasks=["rte", "wnli"],
+        glue_dir=str(world["glue"]),
+        seeds=[0, 1],
+        finetune=FinetuneConfig(max_steps=2, batch_size=4),
+        progress=False,
+    )
     return dataclasses.replace(spec, **changes)
 
 
@@ -152,8 +169,9 @@ def test_glue_sweep_killed_keeps_finished_runs_and_redoes_the_rest(glue_world, t
 # -- storms: the real CLI, 20 kills each (make test-slow) ------------------------------------------------------
 
 
-def _storm(args: list[str], moments: list[tuple[str, object]], started, span: float, timeout: float = 300,
-           progress=lambda: "") -> list[str]:  # fmt: skip
+def _storm(
+    args: list[str], moments: list[tuple[str, object]], started, span: float, timeout: float = 300, progress=lambda: ""
+) -> list[str]:
     """Run `electra ARGS` once per moment, killed there: ("failpoint", "NAME@COUNT") arms ELECTRA_FAILPOINT; ("timed",
     fraction) sends SIGKILL `fraction * span` seconds after `started(pid)` says the run is underway (`span`: how long
     an uninterrupted run works, see `_measure_span`). Returns what happened to each session (each must have been
@@ -219,16 +237,40 @@ def _claimed_a_run(sweep: Path):
     return started
 
 
-PRETRAIN_ARGS = ["pretrain", "--config", "tiny", "--max-steps", "60", "--batch-size", "4", "--save-every", "3",
-                 "--eval-every", "4", "--log-every", "2", "--set", "train.eval_batches=2", "--set",
-                 "train.warmup_steps=8"]  # fmt: skip
-PRETRAIN_FAILPOINTS = ["checkpoint.write:model.safetensors@1", "checkpoint.write:optimizer.pt@2",
-                       "checkpoint.write:SHA256SUMS@1", "checkpoint.write:COMPLETE@2", "checkpoint.commit@1",
-                       "evaluate@1", "evaluate@2", "write_atomic:run.json@2"]  # fmt: skip
+PRETRAIN_ARGS = [
+    "pretrain",
+    "--config",
+    "tiny",
+    "--max-steps",
+    "60",
+    "--batch-size",
+    "4",
+    "--save-every",
+    "3",
+    "--eval-every",
+    "4",
+    "--log-every",
+    "2",
+    "--set",
+    "train.eval_batches=2",
+    "--set",
+    "train.warmup_steps=8",
+]
+PRETRAIN_FAILPOINTS = [
+    "checkpoint.write:model.safetensors@1",
+    "checkpoint.write:optimizer.pt@2",
+    "checkpoint.write:SHA256SUMS@1",
+    "checkpoint.write:COMPLETE@2",
+    "checkpoint.commit@1",
+    "evaluate@1",
+    "evaluate@2",
+    "write_atomic:run.json@2",
+]
 
 
-def storm_schedule(seed: int, failpoints: list[str], n: int = 20, resumable: bool = True,
-                   reach: float = 0.7) -> list[tuple[str, object]]:  # fmt: skip
+def storm_schedule(
+    seed: int, failpoints: list[str], n: int = 20, resumable: bool = True, reach: float = 0.7
+) -> list[tuple[str, object]]:
     """`n` moments in a seeded random order: every failpoint once, the rest timed kills at random fractions of an
     uninterrupted run's span. A run that starts over (`resumable=False`) is killed at up to `reach` of its span; a
     resumed one keeps what it did before each kill, so its fractions together add up to `reach`: no session can
@@ -291,14 +333,34 @@ def test_data_prepare_kill_storm(tokenizer, tmp_path):
 @pytest.mark.slow
 def test_glue_sweep_kill_storm(glue_world, tmp_path):
     def args(out: Path) -> list[str]:
-        return ["glue", "--model", str(glue_world["run"]), "--glue-dir", str(glue_world["glue"]), "--tasks",
-                "rte,wnli", "--seeds", "6", "--max-steps", "8", "--batch-size", "4", "--out", str(out),
-                "--no-progress"]  # fmt: skip
+        return [
+            "glue",
+            "--model",
+            str(glue_world["run"]),
+            "--glue-dir",
+            str(glue_world["glue"]),
+            "--tasks",
+            "rte,wnli",
+            "--seeds",
+            "6",
+            "--max-steps",
+            "8",
+            "--batch-size",
+            "4",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
 
     straight, out = tmp_path / "straight", tmp_path / "stormed"
     span = _measure_span(args(straight), _claimed_a_run(straight))
-    failpoints = ["write_atomic:result.json@1", "write_atomic:result.json@2", "write_atomic:results.json@1",
-                  "write_atomic:sweep.json@1", "write_atomic:results.md@1"]  # fmt: skip
+    failpoints = [
+        "write_atomic:result.json@1",
+        "write_atomic:result.json@2",
+        "write_atomic:results.json@1",
+        "write_atomic:sweep.json@1",
+        "write_atomic:results.md@1",
+    ]
 
     def progress() -> str:
         return f"{len(list(out.glob('runs/*/*/result.json')))} of 12 runs finished"

@@ -107,8 +107,10 @@ def test_a_second_pretrain_on_a_live_run_folder_is_refused(tmp_path, capsys):
     args = ["pretrain", "--config", "tiny", "--out", str(run), "--resume", "auto", "--max-steps", "2"]
     assert cli_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == (f"electra pretrain: error: {run}: in use by another pretraining run (pid {proc.pid} on "
-                       f"{socket.gethostname()}, since {err[-1].split('since ')[1]}")  # fmt: skip
+    assert err[-1] == (
+        f"electra pretrain: error: {run}: in use by another pretraining run (pid {proc.pid} on "
+        f"{socket.gethostname()}, since {err[-1].split('since ')[1]}"
+    )
     assert proc.is_alive()  # the holder goes on undisturbed
     _kill(proc)  # killed before its first checkpoint: the folder is free again
     assert pretrain(load_config("tiny", FAST + ["train.max_steps=2"]), run, resume="auto").step == 2

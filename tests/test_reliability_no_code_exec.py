@@ -27,8 +27,14 @@ from electra.utils.files import sha256_file
 from tests.glue_fixtures import make_run, write_custom_task, write_glue
 from tests.helpers import prepared_synthetic_corpus, reseal_checkpoint
 
-RUN = ["train.batch_size=4", "train.max_steps=2", "train.save_every=2", "train.eval_every=1000", "train.log_every=1",
-       "train.eval_batches=1"]  # fmt: skip
+RUN = [
+    "train.batch_size=4",
+    "train.max_steps=2",
+    "train.save_every=2",
+    "train.eval_every=1000",
+    "train.log_every=1",
+    "train.eval_batches=1",
+]
 
 
 class Payload:
@@ -119,9 +125,14 @@ def test_glue_folders_never_run_code_from_what_they_hold(tmp_path, marker):
     custom = write_custom_task(tmp_path)
     script = f"open({str(marker)!r}, 'w')\n"
     rows = {"sentence1": ["a b"] * 4, "sentence2": ["c d"] * 4, "label": [0, 1] * 2, "idx": list(range(4))}
-    features = datasets.Features({"sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=["entailment", "not_entailment"]),
-                                  "idx": datasets.Value("int32")})  # fmt: skip
+    features = datasets.Features(
+        {
+            "sentence1": datasets.Value("string"),
+            "sentence2": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["entailment", "not_entailment"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
     saved = tmp_path / "hub" / "rte"
     split = datasets.Dataset.from_dict(rows, features=features)
     datasets.DatasetDict({"train": split, "validation": split}).save_to_disk(str(saved))

@@ -193,8 +193,9 @@ class DynamicSource:
 
     def examples(self, example_ids: np.ndarray) -> dict[str, np.ndarray]:
         doc, start, length = self.draws(example_ids)
-        return assemble(self.corpus.tokens, self.doc_start[doc] + start, length, np.zeros_like(length),
-                        self.seq_len, self.tok)  # fmt: skip
+        return assemble(
+            self.corpus.tokens, self.doc_start[doc] + start, length, np.zeros_like(length), self.seq_len, self.tok
+        )
 
 
 def static_plan(

@@ -123,8 +123,12 @@ def verify_corpus(folder: Path, meta: dict) -> None:
     if isinstance(digests, dict):
         verify_digests(folder, digests, HASHED_FILES, recorded_in=META_FILE)
     elif not _warned_unverified:
-        log.warning("%s (and any other folder prepared before file hashes were recorded) has no 'sha256' in %s: "
-                    "its files are checked by size only", folder, META_FILE)  # fmt: skip
+        log.warning(
+            "%s (and any other folder prepared before file hashes were recorded) has no 'sha256' in %s: "
+            "its files are checked by size only",
+            folder,
+            META_FILE,
+        )
         _warned_unverified = True
 
 

@@ -42,6 +42,7 @@ from electra.data.corpus import (
     TOKENS_FILE,
     read_metadata,
 )
+from electra.data.encoding import LineEncoder
 from electra.data.sources import (
     ReadOptions,
     ReadStats,
@@ -50,6 +51,7 @@ from electra.data.sources import (
     source_fingerprint,
     total_size,
 )
+from electra.data.tokenizer import load_tokenizer
 from electra.utils.errors import DiskFullError, InputError, is_disk_full
 from electra.utils.faults import failpoint
 from electra.utils.files import folder_lock
@@ -66,7 +68,6 @@ def _init_worker(tokenizer_json: str, in_pool: bool = True) -> None:
     global _encoder
     if in_pool:  # one process per core already: no nested thread pools
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    from electra.data.encoding import LineEncoder
 
     _encoder = LineEncoder(tokenizer_json)
 
@@ -103,7 +104,6 @@ def default_workers() -> int:
 
 def _tokenizer_json(tokenizer: str | Path) -> str:
     """The tokenizer as tokenizer.json text (a BERT vocab.txt is converted), to store beside the data."""
-    from electra.data.tokenizer import load_tokenizer
 
     path = Path(tokenizer)
     file = path / "tokenizer.json" if path.is_dir() else path
@@ -126,8 +126,10 @@ def check_unknown_rate(meta: dict, inputs: list[str], allow_unknown_tokens: bool
     rate = meta.get("unk_rate")
     if rate is None or rate <= UNK_WARN_RATE:
         return
-    what = (f"{', '.join(inputs)}: {rate:.1%} of the tokens are [UNK] (the tokenizer cannot read this text; "
-            "a tokenizer trained on it can: electra tokenizer train)")  # fmt: skip
+    what = (
+        f"{', '.join(inputs)}: {rate:.1%} of the tokens are [UNK] (the tokenizer cannot read this text; "
+        "a tokenizer trained on it can: electra tokenizer train)"
+    )
     if rate > UNK_REFUSE_RATE and not allow_unknown_tokens:
         raise InputError(f"{what}; refusing to prepare it (--allow-unknown-tokens forces it)")
     log.warning("%s", what)
@@ -196,9 +198,13 @@ def prepare(
             (tmp / TOKENIZER_FILE).parent.mkdir()
             meta["tokenizer_sha256"] = _write_synced(tmp / TOKENIZER_FILE, tok_json.encode("utf-8"))
             elapsed = time.perf_counter() - start_time
-            meta.update(source_fingerprint=fingerprint, sources=[i.label for i in resolved],
-                        read_options=asdict(read_options), elapsed_s=round(elapsed, 2),
-                        tokens_per_s=round(meta["num_tokens"] / elapsed))  # fmt: skip
+            meta.update(
+                source_fingerprint=fingerprint,
+                sources=[i.label for i in resolved],
+                read_options=asdict(read_options),
+                elapsed_s=round(elapsed, 2),
+                tokens_per_s=round(meta["num_tokens"] / elapsed),
+            )
             name = META_FILE
             _write_synced(tmp / META_FILE, (json.dumps(meta, indent=2) + "\n").encode())  # last: marks it complete
             name = ""
@@ -214,8 +220,15 @@ def prepare(
     return meta
 
 
-def _tokenize(inputs: list[str], resolved, read_options: ReadOptions, tok_json: str, tmp: Path,
-              workers: int | None, show_progress: bool) -> dict:  # fmt: skip
+def _tokenize(
+    inputs: list[str],
+    resolved,
+    read_options: ReadOptions,
+    tok_json: str,
+    tmp: Path,
+    workers: int | None,
+    show_progress: bool,
+) -> dict:
     """Write tmp/tokens.bin; returns the metadata so far, with the offset arrays under `_doc_offsets` and
     `_line_offsets`."""
     from tokenizers import Tokenizer
@@ -234,9 +247,10 @@ def _tokenize(inputs: list[str], resolved, read_options: ReadOptions, tok_json: 
     docs = read_documents(resolved, read_options, stats)
     with (
         open(tmp / TOKENS_FILE, "wb") as f,
-        tqdm(total=total_size(resolved), unit="B", unit_scale=True, desc="tokenizing",
-             disable=not show_progress) as bar,
-    ):  # fmt: skip
+        tqdm(
+            total=total_size(resolved), unit="B", unit_scale=True, desc="tokenizing", disable=not show_progress
+        ) as bar,
+    ):
         for (ids, lengths), counts in _encode_in_order(docs, tok_json, workers):
             # lines that tokenize to nothing (e.g. only control characters) are dropped, and so are
             # documents left without lines; the counts say how many

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from electra.config import DataConfig
-from electra.data.builders import ExampleSource
-from electra.data.tokenizer import TokenizerInfo
+from electra.data.builders import ExampleSource, build_sources
+from electra.data.corpus import TOKENIZER_FILE, open_corpus
+from electra.data.synthetic import synthetic_corpus, synthetic_tokenizer_info
+from electra.data.tokenizer import TokenizerInfo, tokenizer_info
 
 
 @dataclass
@@ -23,16 +25,10 @@ def open_pretraining_data(cfg: DataConfig, seed: int) -> PretrainingData:
     The train and eval sources draw from disjoint documents (a fixed `cfg.eval_fraction` of them held out).
     `tokens.path` is a folder holding only the tokenizer.json the data was made with (a run copies it).
     """
-    from electra.data.builders import build_sources
 
     if cfg.path is None:
-        from electra.data.synthetic import synthetic_corpus, synthetic_tokenizer_info
-
         corpus, tokens = synthetic_corpus(), synthetic_tokenizer_info()
     else:
-        from electra.data.corpus import TOKENIZER_FILE, open_corpus
-        from electra.data.tokenizer import tokenizer_info
-
         corpus, _ = open_corpus(cfg.path)  # checks format version and that its tokenizer.json is the one used
         tokens = tokenizer_info(Path(cfg.path) / TOKENIZER_FILE)  # .path: the folder DIR/tokenizer
     train, eval_ = build_sources(corpus, cfg.builder, cfg.seq_len, cfg.eval_fraction, seed, tokens)

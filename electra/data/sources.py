@@ -62,8 +62,9 @@ class ReadOptions:
 
     def __post_init__(self):
         if self.doc_separator not in DOC_SEPARATORS:
-            raise InputError(f"unknown document separator {self.doc_separator!r}: expected one of "
-                             f"{', '.join(DOC_SEPARATORS)}")  # fmt: skip
+            raise InputError(
+                f"unknown document separator {self.doc_separator!r}: expected one of {', '.join(DOC_SEPARATORS)}"
+            )
         if not self.text_column or not self.split:
             raise InputError("the text column and the split must be non-empty names")
 
@@ -87,8 +88,9 @@ def _file_kind(path: Path) -> str | None:
 def _file_input(path: Path) -> Input:
     kind = _file_kind(path)
     if kind is None:
-        raise InputError(f"{path}: unsupported input type {path.suffix!r} (expected .txt, .jsonl, .parquet, "
-                         f".arrow or a tar archive)")  # fmt: skip
+        raise InputError(
+            f"{path}: unsupported input type {path.suffix!r} (expected .txt, .jsonl, .parquet, .arrow or a tar archive)"
+        )
     size = path.stat().st_size
     if size == 0:
         raise InputError(f"{path}: empty input file")

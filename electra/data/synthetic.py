@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from electra.data.corpus import TokenCorpus
-from electra.data.tokenizer import TokenizerInfo
+from electra.data.tokenizer import TokenizerInfo, tokenizer_info
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4, as for every tokenizer we train
 NUM_TOPICS = 10
@@ -265,6 +265,5 @@ def synthetic_tokenizer_dir() -> Path:
 
 
 def synthetic_tokenizer_info() -> TokenizerInfo:
-    from electra.data.tokenizer import tokenizer_info
 
     return tokenizer_info(synthetic_tokenizer_dir())

@@ -168,8 +168,16 @@ def write_synthetic_tasks(out_dir: str | Path, seed: int = 0, sizes: dict[str, i
                 train_keys = {"\t".join(row[:-1]) for row in rows}
             lines = ["\t".join(header)] + ["\t".join(row) for row in rows]
             (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n")
-        spec = {"name": name, "text_a": "sentence", "text_b": text_b, "label": "label", "labels": labels,
-                "metrics": metrics, "main_metric": main_metric, "epochs": 3}  # fmt: skip
+        spec = {
+            "name": name,
+            "text_a": "sentence",
+            "text_b": text_b,
+            "label": "label",
+            "labels": labels,
+            "metrics": metrics,
+            "main_metric": main_metric,
+            "epochs": 3,
+        }
         (folder / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
         folders.append(folder)
     return folders

@@ -57,9 +57,13 @@ def tokenizer_info(path: str | Path) -> TokenizerInfo:
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     return TokenizerInfo(
         vocab_size=tok.get_vocab_size(),
-        pad_id=ids["[PAD]"], unk_id=ids["[UNK]"], cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"],
+        pad_id=ids["[PAD]"],
+        unk_id=ids["[UNK]"],
+        cls_id=ids["[CLS]"],
+        sep_id=ids["[SEP]"],
+        mask_id=ids["[MASK]"],
         path=folder,
-    )  # fmt: skip
+    )
 
 
 # -- training ---------------------------------------------------------------------------------------------------
@@ -152,8 +156,13 @@ def train_tokenizer(
     os.replace(tmp, out_dir / "tokenizer.json")  # atomic: a reader never sees half a file
     if stats.replaced_chars:
         log.warning("%d invalid UTF-8 sequences replaced (first at %s)", stats.replaced_chars, stats.first_replacement)
-    log.info("trained %s tokenizer: %d tokens from %d documents (%.1f MB)", kind, tok.get_vocab_size(),
-             stats.documents, stats.bytes / 1e6)  # fmt: skip
+    log.info(
+        "trained %s tokenizer: %d tokens from %d documents (%.1f MB)",
+        kind,
+        tok.get_vocab_size(),
+        stats.documents,
+        stats.bytes / 1e6,
+    )
     return out_dir / "tokenizer.json"
 
 

@@ -27,6 +27,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from electra.config import FinetuneConfig, ModelConfig
+from electra.data.tokenizer import load_tokenizer
 from electra.glue import metrics as M
 from electra.glue.features import Features, collate, encode, eval_batches, train_batches
 from electra.glue.heads import GlueModel, build_model, export_hf
@@ -53,7 +54,6 @@ class Pretrained:
 
 
 def load_pretrained(path: str, tokenizer_dir: str | None = None) -> Pretrained:
-    from electra.data.tokenizer import load_tokenizer
 
     body, cfg, found = load_discriminator(path)
     tok_dir = Path(tokenizer_dir) if tokenizer_dir else found
@@ -89,12 +89,12 @@ def prepare(data: TaskData, tokenizer: Tokenizer, cfg: FinetuneConfig) -> Prepar
     return Prepared(data, enc(train), dev, {k: enc(v) for k, v in data.test.items()})
 
 
-def autocast_for(device: torch.device, precision: str, hidden_size: int):
-    """bf16 autocast or none, as pretraining resolves `precision` (training.precision: bf16 on CUDA >= 8.0 and on
-    AMX CPUs for wide enough models), except that fine-tuning has no loss scaler, so where pretraining's `auto`
-    would pick fp16 (CUDA 7.x) fine-tuning stays in fp32."""
+def finetune_precision(device: torch.device, precision: str, hidden_size: int) -> str:
+    """ "bf16" or "fp32", as pretraining resolves `precision` (training.precision: bf16 on CUDA >= 8.0 and on AMX
+    CPUs for wide enough models), except that fine-tuning has no loss scaler, so where pretraining's `auto` would
+    pick fp16 (CUDA 7.x) fine-tuning stays in fp32."""
     name = resolve_precision(precision, device, hidden_size).name
-    return devices.autocast_for("fp32" if name == "fp16" else name, device)
+    return "fp32" if name == "fp16" else name
 
 
 def target_scale(task: Task, cfg: FinetuneConfig) -> float:
@@ -122,8 +122,14 @@ def example_losses(out: Tensor, labels: Tensor, task: Task, scale: float) -> Ten
     return F.cross_entropy(out.float(), labels, reduction="none")
 
 
-def train_step(model: GlueModel, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], task: Task,
-               cfg: FinetuneConfig, amp=None) -> Tensor:  # fmt: skip
+def train_step(
+    model: GlueModel,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, Tensor],
+    task: Task,
+    cfg: FinetuneConfig,
+    amp=None,
+) -> Tensor:
     """Forward, backward, clip, update at the learning rates already set; returns the mean example loss (device)."""
     with amp or nullcontext():
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, n)
@@ -148,9 +154,15 @@ def check_finite(losses: torch.Tensor, step: int, what: str) -> list[float]:
 
 
 def finetune(
-    prep: Prepared, pre: Pretrained, cfg: FinetuneConfig, seed: int, device: torch.device,
-    run_dir: Path, progress: bool = True, writers: list | tuple = (),
-) -> dict:  # fmt: skip
+    prep: Prepared,
+    pre: Pretrained,
+    cfg: FinetuneConfig,
+    seed: int,
+    device: torch.device,
+    run_dir: Path,
+    progress: bool = True,
+    writers: list | tuple = (),
+) -> dict:
     """One (task, seed) run from the pretrained body: train, evaluate on dev, predict test; returns its record.
     `writers`: open trackers (electra.training.trackers.open_loggers) that get what RUN/metrics.jsonl gets."""
     task = prep.data.task
@@ -164,14 +176,20 @@ def finetune(
     n = len(prep.train)
     epochs, total, warmup = run_length(n, task, cfg)
     gen = torch.Generator().manual_seed(seed)  # data order: a function of the seed only
-    amp = autocast_for(device, cfg.precision, pre.cfg.hidden_size)
+    amp = devices.autocast_for(finetune_precision(device, cfg.precision, pre.cfg.hidden_size), device)
     scale = target_scale(task, cfg)
 
     history = []
     losses = torch.full((total,), float("nan"), device=device)  # per step, read every LOG_EVERY steps: no sync
     every = 0.1 if sys.stderr.isatty() else 30.0  # a log file gets a line every 30 s, not 10 a second
-    bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, dynamic_ncols=True,
-               mininterval=every)  # fmt: skip
+    bar = tqdm(
+        total=total,
+        desc=f"{task.name} seed {seed}",
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+        mininterval=every,
+    )
     step = 0
     for epoch in range(epochs):
         if step >= total:
@@ -199,18 +217,28 @@ def finetune(
     scores, extra, check = evaluate(model, prep, cfg, device, scale)
     write_metrics(run_dir, {"step": step, **{f"dev_{k}": v for k, v in {**scores, **extra}.items()}}, writers)
     record = {
-        "task": task.name, "seed": seed, "main_metric": task.main_metric, "metrics": scores, "extra_metrics": extra,
-        "n_train": prep.data.n_train, "n_eval": prep.data.n_eval,
+        "task": task.name,
+        "seed": seed,
+        "main_metric": task.main_metric,
+        "metrics": scores,
+        "extra_metrics": extra,
+        "n_train": prep.data.n_train,
+        "n_eval": prep.data.n_eval,
         "n_eval_splits": {k: len(v) for k, v in prep.data.dev.items()},
-        "steps": step, "epochs": epochs, "warmup_steps": warmup,
+        "steps": step,
+        "epochs": epochs,
+        "warmup_steps": warmup,
         "loss_start": float(np.mean(losses[:10])) if losses else None,
         "loss_end": float(np.mean(losses[-10:])) if losses else None,
-        "chance": dataclasses.asdict(check), "history": history,
-        "seconds": round(time.time() - start, 2), "device": str(device),
-        "precision": "fp32" if precision.name == "fp16" else precision.name, "precision_reason": precision.reason,
+        "chance": dataclasses.asdict(check),
+        "history": history,
+        "seconds": round(time.time() - start, 2),
+        "device": str(device),
+        "precision": "fp32" if precision.name == "fp16" else precision.name,
+        "precision_reason": precision.reason,
         "tf32": tf32,
         "test_predictions": write_predictions(model, prep, cfg, device, scale, run_dir) if cfg.predict_test else {},
-    }  # fmt: skip
+    }
     if cfg.save_model:
         save_finetuned(model, task, pre, run_dir / "model")
     return record
@@ -223,7 +251,7 @@ def predict(model: GlueModel, feats: Features, cfg: FinetuneConfig, device: torc
     out = np.zeros((len(feats), model.classifier.out_proj.out_features), dtype=np.float32)
     for idx in eval_batches(feats, cfg.eval_batch_size):
         batch = collate(feats, idx)
-        with autocast_for(device, cfg.precision, model.cfg.hidden_size):
+        with devices.autocast_for(finetune_precision(device, cfg.precision, model.cfg.hidden_size), device):
             y = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")))
         out[idx] = y.float().cpu().numpy()
     return out

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from electra.config import HeadName, ModelConfig
 from electra.glue.tasks import Task
+from electra.modeling.convert_hf import hf_config, save_hf_tokenizer, save_quietly
 from electra.modeling.electra import ElectraModel
 
 HEADS = typing.get_args(HeadName)
@@ -72,8 +73,9 @@ _HEAD_CLASSES = {"cls-linear": ClsLinearHead, "mean-mlp": MeanMLPHead, "hf": HFC
 class GlueModel(nn.Module):
     """`electra.*` (the body, transformers ElectraModel names) + `classifier.*` (the head)."""
 
-    def __init__(self, body: ElectraModel, cfg: ModelConfig, head: str, num_outputs: int,
-                 head_init: str = "glorot_uniform"):  # fmt: skip
+    def __init__(
+        self, body: ElectraModel, cfg: ModelConfig, head: str, num_outputs: int, head_init: str = "glorot_uniform"
+    ):
         super().__init__()
         if head not in _HEAD_CLASSES:
             raise ValueError(f"unknown head {head!r}: expected one of {HEADS}")
@@ -103,8 +105,6 @@ def export_hf(model: GlueModel, task: Task, out_dir: str | Path, tokenizer_dir: 
     """
     from transformers import ElectraConfig, ElectraForSequenceClassification
 
-    from electra.modeling.convert_hf import hf_config, save_hf_tokenizer, save_quietly
-
     if model.head_name != "hf":
         raise ValueError(f"only the hf head exports to ElectraForSequenceClassification, not {model.head_name!r}")
     fields = hf_config(model.cfg, "discriminator")
@@ -129,8 +129,9 @@ def export_hf(model: GlueModel, task: Task, out_dir: str | Path, tokenizer_dir: 
     return out_dir
 
 
-def build_model(body_state: dict[str, Tensor], cfg: ModelConfig, head: str, task: Task, seed: int,
-                head_init: str = "glorot_uniform") -> GlueModel:  # fmt: skip
+def build_model(
+    body_state: dict[str, Tensor], cfg: ModelConfig, head: str, task: Task, seed: int, head_init: str = "glorot_uniform"
+) -> GlueModel:
     """A fresh fine-tuning model: the pretrained body (copied) and a head initialised from `seed`."""
     torch.manual_seed(seed)
     body = ElectraModel(cfg)

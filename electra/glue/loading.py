@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from electra.data.sources_datasets import _import_datasets, _one_line
 from electra.glue.tasks import HUB_DATASET, Split, Task, TaskSpec, parquet_files
 from electra.utils.errors import InputError
 
@@ -61,14 +62,20 @@ def load_task(spec: TaskSpec, with_test: bool = False) -> TaskData:
         root = spec.root
         train = read_tsv(root / task.train.file, task) if task.train else []
         dev = {s.suffix: read_tsv(root / s.file, task) for s in task.dev}
-        test = {_test_name(s): read_tsv(root / s.file, task, labelled=False)
-                for s in task.test if with_test and (root / s.file).exists()}  # fmt: skip
+        test = {
+            _test_name(s): read_tsv(root / s.file, task, labelled=False)
+            for s in task.test
+            if with_test and (root / s.file).exists()
+        }
     else:
         split = _hub_schema_splits(spec)
         train = examples_from_hub(task, split(task.train.hub)) if task.train else []
         dev = {s.suffix: examples_from_hub(task, split(s.hub)) for s in task.dev}
-        test = {_test_name(s): examples_from_hub(task, split(s.hub), labelled=False)
-                for s in task.test if with_test and split(s.hub, optional=True) is not None}  # fmt: skip
+        test = {
+            _test_name(s): examples_from_hub(task, split(s.hub), labelled=False)
+            for s in task.test
+            if with_test and split(s.hub, optional=True) is not None
+        }
     if with_test:
         for other in spec.extra.values():
             test.update(load_task(other, with_test=True).test)
@@ -171,7 +178,6 @@ class HubSplit:
 
 def _hub_schema_splits(spec: TaskSpec):
     """`split(name, optional=False) -> HubSplit | None` for a task stored in the hub's schema."""
-    from electra.data.sources_datasets import _import_datasets, _one_line
 
     datasets = _import_datasets()
     task, root = spec.task, spec.root

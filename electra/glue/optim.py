@@ -64,11 +64,17 @@ def param_groups(
             continue
         k = depth_exponent(name, num_layers, convention)
         decayed = decay_norm_and_bias or not no_weight_decay(name)
-        group = groups.setdefault((k, decayed), {
-            "params": [], "names": [], "depth": k,
-            "base_lr": lr * layer_decay**k, "lr": lr * layer_decay**k,
-            "weight_decay": weight_decay if decayed else 0.0,
-        })  # fmt: skip
+        group = groups.setdefault(
+            (k, decayed),
+            {
+                "params": [],
+                "names": [],
+                "depth": k,
+                "base_lr": lr * layer_decay**k,
+                "lr": lr * layer_decay**k,
+                "weight_decay": weight_decay if decayed else 0.0,
+            },
+        )
         group["params"].append(p)
         group["names"].append(name)
     return [groups[key] for key in sorted(groups)]
@@ -76,8 +82,9 @@ def param_groups(
 
 def build_optimizer(model: nn.Module, cfg: FinetuneConfig, num_layers: int) -> torch.optim.Optimizer:
     """The recipe's optimizer over layer-wise groups: Adam without bias correction (OFF) or AdamW (the study)."""
-    groups = param_groups(model, cfg.lr, cfg.layer_decay, num_layers, cfg.depth_convention, cfg.weight_decay,
-                          cfg.decay_norm_and_bias)  # fmt: skip
+    groups = param_groups(
+        model, cfg.lr, cfg.layer_decay, num_layers, cfg.depth_convention, cfg.weight_decay, cfg.decay_norm_and_bias
+    )
     fused = groups[0]["params"][0].device.type in ("cpu", "cuda")  # one kernel for all tensors
     if cfg.optimizer == "adam":
         return AdamNoBiasCorrection(groups, lr=cfg.lr, betas=BETAS, eps=EPS, fused=fused)

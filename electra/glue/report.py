@@ -28,17 +28,41 @@ from electra.utils.wording import plural
 # style -> (task, metrics averaged into that task's number), in order
 AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     # ELECTRA paper / OFF README: 8 numbers, no WNLI, MNLI matched only
-    "paper": (("cola", ("mcc",)), ("sst2", ("accuracy",)), ("mrpc", ("accuracy",)), ("stsb", ("spearman",)),
-              ("qqp", ("accuracy",)), ("mnli", ("accuracy_m",)), ("qnli", ("accuracy",)), ("rte", ("accuracy",))),
+    "paper": (
+        ("cola", ("mcc",)),
+        ("sst2", ("accuracy",)),
+        ("mrpc", ("accuracy",)),
+        ("stsb", ("spearman",)),
+        ("qqp", ("accuracy",)),
+        ("mnli", ("accuracy_m",)),
+        ("qnli", ("accuracy",)),
+        ("rte", ("accuracy",)),
+    ),
     # Wang et al. 2018: two-metric tasks averaged first, then the 9 tasks including WNLI
-    "glue": (("cola", ("mcc",)), ("sst2", ("accuracy",)), ("mrpc", ("f1", "accuracy")),
-             ("stsb", ("pearson", "spearman")), ("qqp", ("f1", "accuracy")), ("mnli", ("accuracy_m", "accuracy_mm")),
-             ("qnli", ("accuracy",)), ("rte", ("accuracy",)), ("wnli", ("accuracy",))),
+    "glue": (
+        ("cola", ("mcc",)),
+        ("sst2", ("accuracy",)),
+        ("mrpc", ("f1", "accuracy")),
+        ("stsb", ("pearson", "spearman")),
+        ("qqp", ("f1", "accuracy")),
+        ("mnli", ("accuracy_m", "accuracy_mm")),
+        ("qnli", ("accuracy",)),
+        ("rte", ("accuracy",)),
+        ("wnli", ("accuracy",)),
+    ),
     # RC's "GLUE score": 9 single metrics including WNLI, MNLI matched + mismatched merged into one accuracy
-    "study": (("cola", ("mcc",)), ("sst2", ("accuracy",)), ("mrpc", ("accuracy",)), ("stsb", ("spearman",)),
-              ("qqp", ("accuracy",)), ("mnli", ("accuracy_merged",)), ("qnli", ("accuracy",)),
-              ("rte", ("accuracy",)), ("wnli", ("accuracy",))),
-}  # fmt: skip
+    "study": (
+        ("cola", ("mcc",)),
+        ("sst2", ("accuracy",)),
+        ("mrpc", ("accuracy",)),
+        ("stsb", ("spearman",)),
+        ("qqp", ("accuracy",)),
+        ("mnli", ("accuracy_merged",)),
+        ("qnli", ("accuracy",)),
+        ("rte", ("accuracy",)),
+        ("wnli", ("accuracy",)),
+    ),
+}
 
 AGGREGATE_HELP = {
     "paper": "mean of CoLA MCC, SST-2 acc, MRPC acc, STS-B Spearman, QQP acc, MNLI-m acc, QNLI acc, RTE acc (no WNLI)",
@@ -72,10 +96,13 @@ def aggregate(values: dict[str, dict[str, float]], style: str) -> Aggregate:
 def stats(values: list[float]) -> dict[str, float | int]:
     v = np.asarray(values, dtype=np.float64)
     return {
-        "median": float(np.median(v)), "mean": float(v.mean()),
+        "median": float(np.median(v)),
+        "mean": float(v.mean()),
         "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,  # sample std over seeds; 0 for a single seed
-        "min": float(v.min()), "max": float(v.max()), "n": len(v),
-    }  # fmt: skip
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "n": len(v),
+    }
 
 
 def summarize(records: list[dict]) -> dict:
@@ -89,10 +116,12 @@ def summarize(records: list[dict]) -> dict:
         runs = by_task[name]
         metric_names = list(runs[0]["metrics"])
         tasks[name] = {
-            "n_train": runs[0]["n_train"], "n_eval": runs[0]["n_eval"],
+            "n_train": runs[0]["n_train"],
+            "n_eval": runs[0]["n_eval"],
             "metrics": {m: stats([r["metrics"][m] for r in runs]) for m in metric_names},
-            "chance": chance_summary(runs), "seconds": float(sum(r.get("seconds") or 0.0 for r in runs)),
-        }  # fmt: skip
+            "chance": chance_summary(runs),
+            "seconds": float(sum(r.get("seconds") or 0.0 for r in runs)),
+        }
         medians[name] = {m: s["median"] for m, s in tasks[name]["metrics"].items()}
         for extra in runs[0].get("extra_metrics", {}):  # MNLI's merged accuracy, for the study score
             medians[name][extra] = float(np.median([r["extra_metrics"][extra] for r in runs]))
@@ -112,10 +141,12 @@ def chance_summary(runs: list[dict]) -> dict:
     and correlations; electra/glue/metrics.py chance_check), its noise band, and how many seeds fell inside it."""
     checks = [r["chance"] for r in runs]
     return {
-        "metric": checks[0]["metric"], "baseline": float(np.median([c["baseline"] for c in checks])),
+        "metric": checks[0]["metric"],
+        "baseline": float(np.median([c["baseline"] for c in checks])),
         "margin": float(np.median([c["margin"] for c in checks])),
-        "seeds_at_chance": sum(bool(c["at_chance"]) for c in checks), "n": len(checks),
-    }  # fmt: skip
+        "seeds_at_chance": sum(bool(c["at_chance"]) for c in checks),
+        "n": len(checks),
+    }
 
 
 def chance_lines(by_task: dict[str, list[dict]]) -> list[str]:
@@ -162,10 +193,11 @@ def _markdown(summary: dict, failed: list[dict], header: dict) -> str:
     lines = [f"# GLUE dev results: {header.get('model', '')}", ""]
     lines += [
         "Scores on a 0-100 scale. Per task and metric: the median over fine-tuning seeds from one pretrained model,",
-        "then mean ± sample std, min-max and the number of seeds.", "",
+        "then mean ± sample std, min-max and the number of seeds.",
+        "",
         "| task | metric | median | mean ± std | min–max | seeds | train rows | dev rows | seeds at chance |",
         "|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for task, entry in summary["tasks"].items():
         at_chance = sum(r["chance"]["at_chance"] for r in summary["_runs"][task])
         for metric, s in entry["metrics"].items():
@@ -185,8 +217,9 @@ def _markdown(summary: dict, failed: list[dict], header: dict) -> str:
         lines += [
             "A run is *at chance* when its dev score is within two standard errors of what a model that ignores",
             "its input gets (the training set's majority class; 0 for MCC and correlations). Such a number says",
-            "nothing about the pretrained model except that fine-tuning did not get off the ground.", "",
-        ]  # fmt: skip
+            "nothing about the pretrained model except that fine-tuning did not get off the ground.",
+            "",
+        ]
         lines += [f"- WARNING {w}" for w in warnings]
     else:
         lines.append("- No run is at chance level.")

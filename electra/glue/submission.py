@@ -15,9 +15,18 @@ from electra.glue.tasks import GLUE_TASKS, TASKS
 from electra.utils.files import write_atomic
 
 SUBMISSION_FILES = (
-    "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv",
-    "QNLI.tsv", "RTE.tsv", "WNLI.tsv", "AX.tsv",
-)  # fmt: skip
+    "CoLA.tsv",
+    "SST-2.tsv",
+    "MRPC.tsv",
+    "STS-B.tsv",
+    "QQP.tsv",
+    "MNLI-m.tsv",
+    "MNLI-mm.tsv",
+    "QNLI.tsv",
+    "RTE.tsv",
+    "WNLI.tsv",
+    "AX.tsv",
+)
 
 
 def write_submission(out: Path, records: list[dict], run_dir_of) -> tuple[Path | None, list[str]]:

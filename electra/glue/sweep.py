@@ -155,8 +155,14 @@ def load_data(tasks: list[TaskSpec], cfg: FinetuneConfig) -> dict[str, TaskData]
     return {t.task.name: load_task(t, with_test=cfg.predict_test) for t in tasks}
 
 
-def work(spec: SweepSpec, header: dict, data: dict[str, TaskData], device: torch.device,
-         pretrained: Pretrained | None = None, on_runs: Callable[[int], None] | None = None) -> None:  # fmt: skip
+def work(
+    spec: SweepSpec,
+    header: dict,
+    data: dict[str, TaskData],
+    device: torch.device,
+    pretrained: Pretrained | None = None,
+    on_runs: Callable[[int], None] | None = None,
+) -> None:
     """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process."""
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
@@ -180,8 +186,12 @@ def work(spec: SweepSpec, header: dict, data: dict[str, TaskData], device: torch
             finally:
                 for w in writers:
                     w.close()
-            record.update(fingerprint=header["fingerprint"], config=dataclasses.asdict(cfg), model=spec.model,
-                          worker={"pid": os.getpid(), "host": socket.gethostname()})  # fmt: skip
+            record.update(
+                fingerprint=header["fingerprint"],
+                config=dataclasses.asdict(cfg),
+                model=spec.model,
+                worker={"pid": os.getpid(), "host": socket.gethostname()},
+            )
             write_json(rdir / "result.json", record)
             (rdir / "failed.json").unlink(missing_ok=True)
             print(f"[{i}/{len(todo)}] {summary_line(record)}", flush=True)
@@ -205,10 +215,16 @@ def open_trackers(spec: SweepSpec, task: str, seed: int) -> list:
     out = Path(spec.out)
     tensorboard_dir = out / "tensorboard" / task / f"seed{seed}"
     shutil.rmtree(tensorboard_dir, ignore_errors=True)
-    config = {"finetune": dataclasses.asdict(spec.finetune), "task": task, "seed": seed, "model": spec.model,
-              "recipe": spec.recipe}  # fmt: skip
-    return open_loggers(spec.loggers, out, config, name=f"{task}-seed{seed}", group=out.resolve().name,
-                        tensorboard_dir=tensorboard_dir)  # fmt: skip
+    config = {
+        "finetune": dataclasses.asdict(spec.finetune),
+        "task": task,
+        "seed": seed,
+        "model": spec.model,
+        "recipe": spec.recipe,
+    }
+    return open_loggers(
+        spec.loggers, out, config, name=f"{task}-seed{seed}", group=out.resolve().name, tensorboard_dir=tensorboard_dir
+    )
 
 
 def finish(out: Path, header: dict, worker_exit_codes: list[int]) -> SweepResult:
@@ -239,8 +255,10 @@ def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> lis
         metric = main.get(task) or (TASKS[task].main_metric if task in TASKS else next(iter(entry["metrics"])))
         s = entry["metrics"][metric]
         seeds = plural(s["n"], "seed")
-        lines.append(f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds}"
-                     f"{_chance(entry.get('chance'), metric)})")  # fmt: skip
+        lines.append(
+            f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds}"
+            f"{_chance(entry.get('chance'), metric)})"
+        )
     scores = [f"{style} {score:.2f}" for style, score in results["scores"].items() if score is not None]
     if scores:
         lines.append("GLUE scores: " + ", ".join(scores))
@@ -306,10 +324,16 @@ def check_sweep_header(out: Path, spec: SweepSpec, write: bool) -> dict:
         old = json.loads(path.read_text())
         if old["fingerprint"] != fp:
             diff = [f"{k}: {old['fields'].get(k)!r} -> {v!r}" for k, v in fields.items() if old["fields"].get(k) != v]
-            raise ValueError(f"{path}:1: this folder holds runs with other settings ({'; '.join(diff)}); "
-                             "use another output folder")  # fmt: skip
-    header = {"model": spec.model, "recipe": spec.recipe, "fingerprint": fp, "fields": fields,
-              "config": dataclasses.asdict(spec.finetune)}  # fmt: skip
+            raise ValueError(
+                f"{path}:1: this folder holds runs with other settings ({'; '.join(diff)}); use another output folder"
+            )
+    header = {
+        "model": spec.model,
+        "recipe": spec.recipe,
+        "fingerprint": fp,
+        "fields": fields,
+        "config": dataclasses.asdict(spec.finetune),
+    }
     if write:
         write_json(path, header)
     return header

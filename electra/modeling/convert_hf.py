@@ -62,16 +62,20 @@ _HF_PREFIXES = {
 # the output layer's weights that are the word table (and, in RoFormer, the output bias) under another name
 _TIED_HF_KEYS = {
     "electra": {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
-    "roformer": {"cls.predictions.decoder.weight": "roformer.embeddings.word_embeddings.weight",
-                 "cls.predictions.decoder.bias": "cls.predictions.bias"},
-}  # fmt: skip
+    "roformer": {
+        "cls.predictions.decoder.weight": "roformer.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    },
+}
 _IGNORED_HF_KEYS = ("position_ids", "token_type_ids", "embed_positions.weight")  # stale buffers; RoFormer's fixed
 # sinusoid table (computed again on load, as ours is)
 DISC_HEAD_FILE = "discriminator_head.safetensors"
 _ARCHITECTURES = {  # (family, is the discriminator) -> the transformers class it exports as
-    ("electra", True): "ElectraForPreTraining", ("electra", False): "ElectraForMaskedLM",
-    ("roformer", True): "RoFormerModel", ("roformer", False): "RoFormerForMaskedLM",
-}  # fmt: skip
+    ("electra", True): "ElectraForPreTraining",
+    ("electra", False): "ElectraForMaskedLM",
+    ("roformer", True): "RoFormerModel",
+    ("roformer", False): "RoFormerForMaskedLM",
+}
 MODEL_TYPES = ("electra", "roformer")
 
 
@@ -178,8 +182,10 @@ def read_hf_dir(path: str | Path) -> tuple[dict, dict[str, Tensor]]:
         try:  # weights_only: tensors and plain containers; a pickle that would run code is refused
             state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 - UnpicklingError, a damaged zip, ...: one message naming the file
-            raise HFConversionError(f"{path / 'pytorch_model.bin'}: cannot load as plain weights (refused or "
-                                    f"damaged): {' '.join(str(err).split())[:300]}") from None  # fmt: skip
+            raise HFConversionError(
+                f"{path / 'pytorch_model.bin'}: cannot load as plain weights (refused or "
+                f"damaged): {' '.join(str(err).split())[:300]}"
+            ) from None
     else:
         raise HFConversionError(f"{path}: no model.safetensors or pytorch_model.bin")
     return config, {k: v for k, v in state.items() if not k.endswith(_IGNORED_HF_KEYS)}
@@ -203,8 +209,10 @@ def from_hf(
     if fam == "roformer":
         head = Path(discriminator_dir) / DISC_HEAD_FILE
         if not head.exists():
-            raise HFConversionError(f"{head}: missing (a RoFormerModel has no replaced-token-detection head; "
-                                    "`electra export-hf` writes it beside the model)")  # fmt: skip
+            raise HFConversionError(
+                f"{head}: missing (a RoFormerModel has no replaced-token-detection head; "
+                "`electra export-hf` writes it beside the model)"
+            )
         from safetensors.torch import load_file
 
         parts.append(("discriminator_head", load_file(head), head))
@@ -273,8 +281,9 @@ def discriminator_body_from_hf(hf_dir: str | Path) -> tuple[ElectraModel, ModelC
     return body, cfg
 
 
-def to_hf(model: ElectraForPretraining | MaskedLMForPretraining, out_dir: str | Path,
-          tokenizer_dir: str | Path | None = None) -> Path:  # fmt: skip
+def to_hf(
+    model: ElectraForPretraining | MaskedLMForPretraining, out_dir: str | Path, tokenizer_dir: str | Path | None = None
+) -> Path:
     """Write `out_dir/discriminator` and `out_dir/generator` (the MLM baseline: `out_dir/masked_lm`) that
     transformers loads with no missing keys: ElectraForPreTraining + ElectraForMaskedLM, or with rotary positions
     RoFormerModel (+ the discriminator head in DISC_HEAD_FILE beside it) + RoFormerForMaskedLM."""
@@ -342,7 +351,11 @@ def save_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> None:
         return
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(tokenizer_file),
-        pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-    )  # fmt: skip
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     tok.save_pretrained(out_dir)
     shutil.copy(tokenizer_file, Path(out_dir) / "tokenizer.json")

@@ -51,14 +51,25 @@ def _off_block(s: _Stack) -> float:
     """Forward FLOPs of one transformer layer over one sequence."""
     h, i, t, heads = s.h, s.intermediate, s.seq_len, s.heads
     per_token = (
-        3 * 2 * h * h + 3 * h  # Q, K, V projections and biases
-        + 2 * h * t + (SOFTMAX + DROPOUT + 1) * t * heads  # scores; softmax, dropout, 1/sqrt(d) per head
+        3 * 2 * h * h
+        + 3 * h  # Q, K, V projections and biases
+        + 2 * h * t
+        + (SOFTMAX + DROPOUT + 1) * t * heads  # scores; softmax, dropout, 1/sqrt(d) per head
         + 2 * h * t  # weighted sum of values
-        + 2 * h * h + h + DROPOUT * h + h  # attention output dense, bias, dropout, residual
+        + 2 * h * h
+        + h
+        + DROPOUT * h
+        + h  # attention output dense, bias, dropout, residual
         + LAYER_NORM  # OFF counts this LayerNorm as 5 per token, not 5·h (kept: it reproduces OFF's figures)
-        + 2 * h * i + i + GELU * i  # FFN in
-        + 2 * h * i + h + DROPOUT * h + h + LAYER_NORM * h  # FFN out, bias, dropout, residual, LayerNorm
-    )  # fmt: skip
+        + 2 * h * i
+        + i
+        + GELU * i  # FFN in
+        + 2 * h * i
+        + h
+        + DROPOUT * h
+        + h
+        + LAYER_NORM * h  # FFN out, bias, dropout, residual, LayerNorm
+    )
     return per_token * t
 
 
@@ -99,10 +110,13 @@ def off_train_flops(
         )
         return 2 * forward * cfg.train.batch_size * steps
     forward = (
-        disc.layers * _off_block(disc) + _off_input_embedding(disc) + _off_discriminator_output(disc)
-        + gen.layers * _off_block(gen) + _off_input_embedding(gen)
+        disc.layers * _off_block(disc)
+        + _off_input_embedding(disc)
+        + _off_discriminator_output(disc)
+        + gen.layers * _off_block(gen)
+        + _off_input_embedding(gen)
         + _off_generator_output(gen, output_fraction)
-    )  # fmt: skip
+    )
     return 2 * forward * cfg.train.batch_size * steps  # backward counted equal to forward
 
 
@@ -180,8 +194,13 @@ def pfs_days(days: float, gpus: int, peak_tflops: float, utilisation: float = UT
 # -- the report -----------------------------------------------------------------------------------------
 
 
-def flops_report(cfg: PretrainConfig, steps: int | None = None, days: float | None = None,
-                 peak_tflops: float | None = None, gpus: int = 1) -> dict:  # fmt: skip
+def flops_report(
+    cfg: PretrainConfig,
+    steps: int | None = None,
+    days: float | None = None,
+    peak_tflops: float | None = None,
+    gpus: int = 1,
+) -> dict:
     """FLOPs of a run (both accountings) and, given its wall-clock days and a device's peak, its pfs-days."""
     steps = cfg.train.max_steps if steps is None else steps
     B, T = cfg.train.batch_size, cfg.data.seq_len

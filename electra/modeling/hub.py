@@ -16,8 +16,14 @@ from pathlib import Path
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")
 """ORG/NAME[@REVISION], as the hub spells repository ids."""
 
-_FILES = ["config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
-          "special_tokens_map.json"]  # fmt: skip
+_FILES = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+]
 MODEL_FILES = _FILES + [f"*/{name}" for name in _FILES]
 FALLBACK_WEIGHTS = ["pytorch_model.bin", "*/pytorch_model.bin"]
 """Fetched only for a repository without safetensors weights."""
@@ -54,8 +60,9 @@ def snapshot(model_id: str) -> Path:
     offline = is_offline_mode()
 
     def fetch(patterns: list[str]) -> Path:
-        return Path(snapshot_download(repo_id, revision=revision or None, allow_patterns=patterns,
-                                      local_files_only=offline))  # fmt: skip
+        return Path(
+            snapshot_download(repo_id, revision=revision or None, allow_patterns=patterns, local_files_only=offline)
+        )
 
     try:
         folder = fetch(MODEL_FILES)
@@ -63,9 +70,13 @@ def snapshot(model_id: str) -> Path:
             folder = fetch(MODEL_FILES + FALLBACK_WEIGHTS)
     except Exception as err:  # not cached while offline, no network, no such repository, ...
         if offline:
-            raise ValueError(f"{model_id}: not a local path, nor a model in the local Hugging Face cache "
-                             "(HF_HUB_OFFLINE is set: nothing is downloaded)") from None  # fmt: skip
+            raise ValueError(
+                f"{model_id}: not a local path, nor a model in the local Hugging Face cache "
+                "(HF_HUB_OFFLINE is set: nothing is downloaded)"
+            ) from None
         reason = " ".join(str(err).split())[:200]
-        raise ValueError(f"{model_id}: not a local path, nor a model in the local Hugging Face cache or on the hub "
-                         f"({type(err).__name__}: {reason})") from None  # fmt: skip
+        raise ValueError(
+            f"{model_id}: not a local path, nor a model in the local Hugging Face cache or on the hub "
+            f"({type(err).__name__}: {reason})"
+        ) from None
     return folder

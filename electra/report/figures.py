@@ -37,11 +37,28 @@ def _values(ys: list) -> list[float]:
 
 def _draw_panel(ax, panel: dict) -> list:
     for s in panel.get("lines", []):
-        ax.plot(s["x"], _values(s["y"]), color=s["color"], linestyle=s.get("style", "-"),
-                marker=s.get("marker"), markersize=3, linewidth=1.2, label=s["label"])  # fmt: skip
+        ax.plot(
+            s["x"],
+            _values(s["y"]),
+            color=s["color"],
+            linestyle=s.get("style", "-"),
+            marker=s.get("marker"),
+            markersize=3,
+            linewidth=1.2,
+            label=s["label"],
+        )
     for b in panel.get("bars", []):
-        ax.bar(b["x"], _values(b["height"]), b["width"], yerr=[b["low"], b["high"]], capsize=3, color=b["color"],
-               hatch=b.get("hatch"), edgecolor="k" if b.get("hatch") else None, label=b["label"])  # fmt: skip
+        ax.bar(
+            b["x"],
+            _values(b["height"]),
+            b["width"],
+            yerr=[b["low"], b["high"]],
+            capsize=3,
+            color=b["color"],
+            hatch=b.get("hatch"),
+            edgecolor="k" if b.get("hatch") else None,
+            label=b["label"],
+        )
     for h in panel.get("hlines", []):
         kw = {"color": h["color"], "linestyle": h.get("style", ":"), "linewidth": 1.0, "label": h.get("label")}
         if "x0" in h:
@@ -144,8 +161,9 @@ DYNAMICS = (
 
 def _series(rows: list[dict], key: str, scale: float) -> tuple[list, list]:
     rows = [r for r in rows if key in r]
-    return [r["step"] for r in rows], [v * scale if isinstance(v, (int, float)) else None for v in
-                                       (r[key] for r in rows)]  # fmt: skip
+    return [r["step"] for r in rows], [
+        v * scale if isinstance(v, (int, float)) else None for v in (r[key] for r in rows)
+    ]
 
 
 def _has_values(ys: list) -> bool:
@@ -170,19 +188,39 @@ def _reference_series(key: str, evals: list[dict], train: list[dict]) -> list[di
         for split, rows, prefix in (("training", train, ""), ("held out", evals, "eval_")):
             x, y = _series(rows, f"{prefix}replaced_fraction", 1.0)
             if _has_values(y):
-                out.append({"label": f"always 'original' ({split})", "x": x,
-                            "y": [None if v is None else 100.0 * (1.0 - v) for v in y],
-                            "color": SPLIT_COLOURS[split], "style": ":"})  # fmt: skip
+                out.append(
+                    {
+                        "label": f"always 'original' ({split})",
+                        "x": x,
+                        "y": [None if v is None else 100.0 * (1.0 - v) for v in y],
+                        "color": SPLIT_COLOURS[split],
+                        "style": ":",
+                    }
+                )
     if key == "masked_accuracy":
         x, y = _series(evals, "eval_mlm_majority_rate", 100.0)
         if _has_values(y):
-            out.append({"label": "most frequent token (held out)", "x": x, "y": _clean(y),
-                        "color": SPLIT_COLOURS["held out"], "style": ":"})  # fmt: skip
+            out.append(
+                {
+                    "label": "most frequent token (held out)",
+                    "x": x,
+                    "y": _clean(y),
+                    "color": SPLIT_COLOURS["held out"],
+                    "style": ":",
+                }
+            )
     if key == "masked_loss":
         x, y = _series(evals, "eval_mlm_unigram_loss", 1.0)
         if _has_values(y):
-            out.append({"label": "token frequencies (held out)", "x": x, "y": _clean(y),
-                        "color": SPLIT_COLOURS["held out"], "style": ":"})  # fmt: skip
+            out.append(
+                {
+                    "label": "token frequencies (held out)",
+                    "x": x,
+                    "y": _clean(y),
+                    "color": SPLIT_COLOURS["held out"],
+                    "style": ":",
+                }
+            )
     return out
 
 
@@ -198,18 +236,34 @@ def dynamics_data(train: list[dict], evals: list[dict], title: str, kind: str, g
         for split, rows, prefix in (("training", train, ""), ("held out", evals, "eval_")):
             x, y = _series(rows, f"{prefix}{key}", scale)
             if _has_values(y):
-                lines.append({"label": split, "x": x, "y": _clean(y), "color": SPLIT_COLOURS[split],
-                              "marker": "o" if split == "held out" else None})  # fmt: skip
+                lines.append(
+                    {
+                        "label": split,
+                        "x": x,
+                        "y": _clean(y),
+                        "color": SPLIT_COLOURS[split],
+                        "marker": "o" if split == "held out" else None,
+                    }
+                )
         if not lines:
             continue
         lines += _reference_series(key, evals, train)
-        panels.append({"key": key, "title": name, "xlabel": "step", "ylabel": unit, "lines": lines,
-                       "hlines": _references(key, gate_auc)})  # fmt: skip
+        panels.append(
+            {
+                "key": key,
+                "title": name,
+                "xlabel": "step",
+                "ylabel": unit,
+                "lines": lines,
+                "hlines": _references(key, gate_auc),
+            }
+        )
     return {"title": title, "columns": 4, "panels": panels}
 
 
-def training_dynamics(train: list[dict], evals: list[dict], title: str, path: Path, kind: str = "electra",
-                      gate_auc: float = 0.6) -> Path:  # fmt: skip
+def training_dynamics(
+    train: list[dict], evals: list[dict], title: str, path: Path, kind: str = "electra", gate_auc: float = 0.6
+) -> Path:
     return draw(dynamics_data(train, evals, title, kind, gate_auc), path)
 
 
@@ -234,19 +288,31 @@ def collapse_data(curves: dict[str, list[dict]], collapsed: dict[str, bool], gat
         for i, (name, evals) in enumerate(curves.items()):
             x, y = _series(evals, key, scale)
             down = bool(collapsed.get(name))
-            lines.append({"label": f"{name} (collapsed)" if down else name, "x": x, "y": _clean(y),
-                          "color": f"C{i % 10}", "marker": "o", "style": "--" if down else "-",
-                          "collapsed": down})  # fmt: skip
+            lines.append(
+                {
+                    "label": f"{name} (collapsed)" if down else name,
+                    "x": x,
+                    "y": _clean(y),
+                    "color": f"C{i % 10}",
+                    "marker": "o",
+                    "style": "--" if down else "-",
+                    "collapsed": down,
+                }
+            )
         hlines = _references(key.removeprefix("eval_"), gate_auc)
         if key == "eval_disc_accuracy":
-            rates = [1.0 - r["eval_replaced_fraction"] for ev in curves.values() for r in ev
-                     if isinstance(r.get("eval_replaced_fraction"), (int, float))]  # fmt: skip
+            rates = [
+                1.0 - r["eval_replaced_fraction"]
+                for ev in curves.values()
+                for r in ev
+                if isinstance(r.get("eval_replaced_fraction"), (int, float))
+            ]
             if rates:
                 rate = 100.0 * sum(rates) / len(rates)
-                hlines.append({"y": rate, "color": REFERENCE_COLOUR, "style": ":",
-                               "label": f"always 'original' ({rate:.1f}%)"})  # fmt: skip
-        panels.append({"key": key, "title": title, "xlabel": "step", "ylabel": unit, "lines": lines,
-                       "hlines": hlines})  # fmt: skip
+                hlines.append(
+                    {"y": rate, "color": REFERENCE_COLOUR, "style": ":", "label": f"always 'original' ({rate:.1f}%)"}
+                )
+        panels.append({"key": key, "title": title, "xlabel": "step", "ylabel": unit, "lines": lines, "hlines": hlines})
     return {"title": "collapse per setting", "columns": 3, "panels": panels}
 
 
@@ -257,8 +323,12 @@ def collapse(curves: dict[str, list[dict]], collapsed: dict[str, bool], path: Pa
 # -- GLUE per task ---------------------------------------------------------------------------------------------
 
 
-def glue_data(scores: dict[str, dict[str, tuple[float, float, float]]], metrics: dict[str, str],
-              chance: dict[str, float], rejected: dict[str, str]) -> dict:  # fmt: skip
+def glue_data(
+    scores: dict[str, dict[str, tuple[float, float, float]]],
+    metrics: dict[str, str],
+    chance: dict[str, float],
+    rejected: dict[str, str],
+) -> dict:
     """Grouped bars: per task, one bar per model (median over seeds, error bar min..max); each task's chance
     level (the training set's majority class, or 0 for MCC and correlations) as a line over its group; models
     whose pretraining the gate rejects hatched and labelled with the gate's word (`rejected`: name -> word)."""
@@ -276,16 +346,46 @@ def glue_data(scores: dict[str, dict[str, tuple[float, float, float]]], metrics:
                 lo.append(m - a)
                 hi.append(b - m)
         word = rejected.get(name)
-        bars.append({"label": f"{name} ({word})" if word else name, "model": name, "x": xs, "height": med,
-                     "low": lo, "high": hi, "width": width, "color": f"C{i % 10}", "hatch": "//" if word else None,
-                     "rejected": bool(word)})  # fmt: skip
-    hlines = [{"task": t, "y": chance[t], "x0": j - 0.45, "x1": j + 0.45, "color": "k", "style": "--",
-               "label": "chance (majority class / 0)" if j == 0 else None}
-              for j, t in enumerate(tasks) if t in chance]  # fmt: skip
-    panel = {"title": "GLUE dev per task", "xticks": [f"{t}\n({metrics[t]})" for t in tasks], "tasks": tasks,
-             "ylabel": "dev score (%; MCC and correlations × 100)", "bars": bars, "hlines": hlines}  # fmt: skip
-    return {"columns": 1, "panel_size": (max(PANEL_SIZE[0] * 1.5, 0.6 * len(tasks) * max(1, len(names))), 4.0),
-            "panels": [panel]}  # fmt: skip
+        bars.append(
+            {
+                "label": f"{name} ({word})" if word else name,
+                "model": name,
+                "x": xs,
+                "height": med,
+                "low": lo,
+                "high": hi,
+                "width": width,
+                "color": f"C{i % 10}",
+                "hatch": "//" if word else None,
+                "rejected": bool(word),
+            }
+        )
+    hlines = [
+        {
+            "task": t,
+            "y": chance[t],
+            "x0": j - 0.45,
+            "x1": j + 0.45,
+            "color": "k",
+            "style": "--",
+            "label": "chance (majority class / 0)" if j == 0 else None,
+        }
+        for j, t in enumerate(tasks)
+        if t in chance
+    ]
+    panel = {
+        "title": "GLUE dev per task",
+        "xticks": [f"{t}\n({metrics[t]})" for t in tasks],
+        "tasks": tasks,
+        "ylabel": "dev score (%; MCC and correlations × 100)",
+        "bars": bars,
+        "hlines": hlines,
+    }
+    return {
+        "columns": 1,
+        "panel_size": (max(PANEL_SIZE[0] * 1.5, 0.6 * len(tasks) * max(1, len(names))), 4.0),
+        "panels": [panel],
+    }
 
 
 def glue_scores(scores, metrics, chance, rejected, path: Path) -> Path:
@@ -297,43 +397,86 @@ def glue_scores(scores, metrics, chance, rejected, path: Path) -> Path:
 
 def _point(p: dict, x_key: str) -> dict:
     ours = p["source"] == "ours"
-    return {"label": p["name"], "x": p[x_key], "y": p["score"], "source": p["source"], "marker": "o" if ours else "s",
-            "fill": "C0" if ours else "none", "color": "C0" if ours else "C1"}  # fmt: skip
+    return {
+        "label": p["name"],
+        "x": p[x_key],
+        "y": p["score"],
+        "source": p["source"],
+        "marker": "o" if ours else "s",
+        "fill": "C0" if ours else "none",
+        "color": "C0" if ours else "C1",
+    }
 
 
 def _score_axis(tasks: list[str], glue: bool) -> str:
     return f"{'GLUE dev' if glue else 'dev'} score, mean of {len(tasks)} tasks (%)"
 
 
-def efficiency_data(ours: list[dict], quoted: list[dict], ours_average: str, quoted_average: str,
-                    baseline: float | None, ours_tasks: list[str], quoted_tasks: list[str],
-                    x_key: str = "flops") -> dict:  # fmt: skip
+def efficiency_data(
+    ours: list[dict],
+    quoted: list[dict],
+    ours_average: str,
+    quoted_average: str,
+    baseline: float | None,
+    ours_tasks: list[str],
+    quoted_tasks: list[str],
+    x_key: str = "flops",
+) -> dict:
     """Score against training FLOPs (log). Our points share the literature's panel only when both scores average
     the same tasks (`ours_tasks == quoted_tasks`); otherwise ours get their own panel that says what it averages.
     Each panel names the tasks its scores average ("tasks"). The no-pretraining baseline is a line in our panel."""
     xlabel = "pretraining FLOPs (log)" if x_key == "flops" else "parameters (log)"
     ours_pts = [_point(p, x_key) for p in ours if p.get(x_key)]
     quoted_pts = [_point(p, x_key) for p in quoted if p.get(x_key)]
-    legend = [{"label": "ours (measured)", "marker": "o", "fill": "C0", "color": "C0"},
-              {"label": "quoted (literature)", "marker": "s", "fill": "none", "color": "C1"}]  # fmt: skip
-    base = [] if baseline is None else [{"y": baseline, "color": REFERENCE_COLOUR, "style": "--",
-                                         "label": f"no pretraining ({baseline:.1f})"}]  # fmt: skip
+    legend = [
+        {"label": "ours (measured)", "marker": "o", "fill": "C0", "color": "C0"},
+        {"label": "quoted (literature)", "marker": "s", "fill": "none", "color": "C1"},
+    ]
+    base = (
+        []
+        if baseline is None
+        else [{"y": baseline, "color": REFERENCE_COLOUR, "style": "--", "label": f"no pretraining ({baseline:.1f})"}]
+    )
     if ours_tasks == quoted_tasks:
-        panel = {"title": f"score: {ours_average}", "xlabel": xlabel, "ylabel": _score_axis(ours_tasks, glue=True),
-                 "xscale": "log", "tasks": ours_tasks, "points": ours_pts + quoted_pts, "legend_points": legend,
-                 "hlines": base}  # fmt: skip
+        panel = {
+            "title": f"score: {ours_average}",
+            "xlabel": xlabel,
+            "ylabel": _score_axis(ours_tasks, glue=True),
+            "xscale": "log",
+            "tasks": ours_tasks,
+            "points": ours_pts + quoted_pts,
+            "legend_points": legend,
+            "hlines": base,
+        }
         return {"columns": 1, "panel_size": (PANEL_SIZE[0] * 1.6, PANEL_SIZE[1] * 1.5), "panels": [panel]}
     panels = [
-        {"title": f"quoted: {quoted_average}", "xlabel": xlabel, "ylabel": _score_axis(quoted_tasks, glue=True),
-         "xscale": "log", "tasks": quoted_tasks, "points": quoted_pts, "legend_points": legend[1:], "hlines": []},
-        {"title": f"ours: {ours_average}", "xlabel": xlabel, "ylabel": _score_axis(ours_tasks, glue=False),
-         "xscale": "log", "tasks": ours_tasks, "points": ours_pts, "legend_points": legend[:1], "hlines": base},
-    ]  # fmt: skip
+        {
+            "title": f"quoted: {quoted_average}",
+            "xlabel": xlabel,
+            "ylabel": _score_axis(quoted_tasks, glue=True),
+            "xscale": "log",
+            "tasks": quoted_tasks,
+            "points": quoted_pts,
+            "legend_points": legend[1:],
+            "hlines": [],
+        },
+        {
+            "title": f"ours: {ours_average}",
+            "xlabel": xlabel,
+            "ylabel": _score_axis(ours_tasks, glue=False),
+            "xscale": "log",
+            "tasks": ours_tasks,
+            "points": ours_pts,
+            "legend_points": legend[:1],
+            "hlines": base,
+        },
+    ]
     return {"columns": 2, "panel_size": (PANEL_SIZE[0] * 1.3, PANEL_SIZE[1] * 1.5), "panels": panels}
 
 
-def crossover_data(series: dict[str, list[dict]], baselines: list[dict], chance: dict[str, float],
-                   metrics: dict[str, str]) -> dict:  # fmt: skip
+def crossover_data(
+    series: dict[str, list[dict]], baselines: list[dict], chance: dict[str, float], metrics: dict[str, str]
+) -> dict:
     """Per task, each objective's median dev score (its min..max over seeds beside it in the data) against its
     pretraining FLOPs, one line per objective in FLOPs order, with each random-initialisation baseline's median
     (dashed) and its min..max (dotted) and the task's chance level: where a line rises above the baseline's band
@@ -344,21 +487,40 @@ def crossover_data(series: dict[str, list[dict]], baselines: list[dict], chance:
         lines = []
         for i, (kind, points) in enumerate(series.items()):
             pts = sorted((p for p in points if task in p["scores"]), key=lambda p: p["flops"])
-            lines.append({"label": kind, "x": [p["flops"] for p in pts], "y": [p["scores"][task][0] for p in pts],
-                          "low": [p["scores"][task][1] for p in pts], "high": [p["scores"][task][2] for p in pts],
-                          "names": [p["name"] for p in pts], "color": f"C{i}", "marker": "o"})  # fmt: skip
+            lines.append(
+                {
+                    "label": kind,
+                    "x": [p["flops"] for p in pts],
+                    "y": [p["scores"][task][0] for p in pts],
+                    "low": [p["scores"][task][1] for p in pts],
+                    "high": [p["scores"][task][2] for p in pts],
+                    "names": [p["name"] for p in pts],
+                    "color": f"C{i}",
+                    "marker": "o",
+                }
+            )
         hlines = []
         for j, b in enumerate(x for x in baselines if task in x["scores"]):
             median, low, high = b["scores"][task]
             colour = REFERENCE_COLOUR if j == 0 else f"C{len(series) + j}"
-            hlines += [{"y": median, "color": colour, "style": "--", "label": f"{b['name']} (no pretraining)"},
-                       {"y": low, "color": colour, "style": ":", "label": None, "band_of": b["name"]},
-                       {"y": high, "color": colour, "style": ":", "label": None, "band_of": b["name"]}]  # fmt: skip
+            hlines += [
+                {"y": median, "color": colour, "style": "--", "label": f"{b['name']} (no pretraining)"},
+                {"y": low, "color": colour, "style": ":", "label": None, "band_of": b["name"]},
+                {"y": high, "color": colour, "style": ":", "label": None, "band_of": b["name"]},
+            ]
         if task in chance:
             hlines.append({"y": chance[task], "color": "k", "style": "-.", "label": "chance (majority class / 0)"})
-        panels.append({"title": task, "task": task, "xlabel": "pretraining FLOPs (log)", "xscale": "log",
-                       "ylabel": f"{metric} (dev, %; median over seeds)", "lines": lines,
-                       "hlines": hlines})  # fmt: skip
+        panels.append(
+            {
+                "title": task,
+                "task": task,
+                "xlabel": "pretraining FLOPs (log)",
+                "xscale": "log",
+                "ylabel": f"{metric} (dev, %; median over seeds)",
+                "lines": lines,
+                "hlines": hlines,
+            }
+        )
     return {"columns": min(2, len(panels)), "panels": panels}
 
 
@@ -366,7 +528,9 @@ def crossover(series, baselines, chance, metrics, path: Path) -> Path:
     return draw(crossover_data(series, baselines, chance, metrics), path)
 
 
-def efficiency(ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks, path: Path,
-               x_key: str = "flops") -> Path:  # fmt: skip
-    return draw(efficiency_data(ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks,
-                                x_key), path)  # fmt: skip
+def efficiency(
+    ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks, path: Path, x_key: str = "flops"
+) -> Path:
+    return draw(
+        efficiency_data(ours, quoted, ours_average, quoted_average, baseline, ours_tasks, quoted_tasks, x_key), path
+    )

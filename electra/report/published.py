@@ -32,9 +32,15 @@ STUDY_EFFICIENCY = (
     ("GPT", 110e6, "30 days on 8 P600", 0.95, 77.9, "GLUE dev average (its GLUE score: 75.4)"),
     ("DistilBERT", 67e6, "90 h on 8 V100", 0.16, 77.0, "GLUE score"),
     ("ELECTRA-Small (original)", 14e6, "4 days on 1 V100", 0.02, 80.4, "8-task GLUE dev average"),
-    ("ELECTRA-Small (the study)", 14e6, "3.75 days on 1 RTX 3090", 0.03, 79.2,
-     "GLUE dev average, MNLI m+mm merged (its GLUE score: 76.7)"),
-)  # fmt: skip
+    (
+        "ELECTRA-Small (the study)",
+        14e6,
+        "3.75 days on 1 RTX 3090",
+        0.03,
+        79.2,
+        "GLUE dev average, MNLI m+mm merged (its GLUE score: 76.7)",
+    ),
+)
 
 # Per-task dev scores of ELECTRA-Small as published: OFF's README (ELECTRA-Small-OWT, medians; Small++ released),
 # the reproduction study (RC, MNLI matched + mismatched merged), and a 1:1-generator run (google-research/electra#73).

@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from electra.config import ConfigError, PretrainConfig, from_dict
+from electra.glue.report import chance_summary
 from electra.modeling.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops, pfs_days
 from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
 from electra.training.health import COLLAPSE_FALL, GATE_AUC, GATE_LOSS_MARGIN, GATE_MLM_MARGIN, is_collapsed
@@ -79,8 +80,10 @@ class PretrainRun:
         report judges older runs alike): its last `collapse_patience` evaluations all at the collapse level."""
         if self.kind != "electra":
             return False
-        last = [{k[5:]: r.get(k, math.nan) for k in ("eval_disc_recall", "eval_disc_auc")}
-                for r in self.evals[-self.cfg.train.collapse_patience:]]  # fmt: skip
+        last = [
+            {k[5:]: r.get(k, math.nan) for k in ("eval_disc_recall", "eval_disc_auc")}
+            for r in self.evals[-self.cfg.train.collapse_patience :]
+        ]
         return len(last) == self.cfg.train.collapse_patience and all(map(is_collapsed, last))
 
 
@@ -173,8 +176,11 @@ def gate(run: PretrainRun | None) -> Gate:
 
 def _auc_peak(evals: list[dict]) -> tuple[int, float] | None:
     """(step, AUC) of the best held-out AUC before the last evaluation, if it passed the gate."""
-    best = max(((r["step"], r["eval_disc_auc"]) for r in evals[:-1] if _finite(r.get("eval_disc_auc"))),
-               key=lambda p: p[1], default=None)  # fmt: skip
+    best = max(
+        ((r["step"], r["eval_disc_auc"]) for r in evals[:-1] if _finite(r.get("eval_disc_auc"))),
+        key=lambda p: p[1],
+        default=None,
+    )
     return best if best is not None and best[1] > GATE_AUC else None
 
 
@@ -237,7 +243,6 @@ def read_glue(path: Path) -> dict | None:
 
 
 def _fill_from_records(results: dict, path: Path) -> None:
-    from electra.glue.report import chance_summary
 
     for task, entry in results["tasks"].items():
         records = [json.loads(f.read_text()) for f in sorted((path / "runs" / task).glob("seed*/result.json"))]
@@ -260,13 +265,31 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
             for s in study["settings"]:
                 run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
                 pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
-                entries.append(Entry(s["name"], pretrain, read_glue(glue), glue, s.get("setting", {}), none,
-                                     study=_study_label(p), corpus=study.get("spec", {}).get("data")))  # fmt: skip
+                entries.append(
+                    Entry(
+                        s["name"],
+                        pretrain,
+                        read_glue(glue),
+                        glue,
+                        s.get("setting", {}),
+                        none,
+                        study=_study_label(p),
+                        corpus=study.get("spec", {}).get("data"),
+                    )
+                )
         elif (p / "config.yaml").exists():
             glue = p / "glue" if (p / "glue" / "results.json").exists() else None
             run = read_pretrain_run(p)
-            entries.append(Entry(p.name, run, read_glue(glue) if glue else None, glue, baseline=run.steps == 0,
-                                 corpus=run.cfg.data.path))  # fmt: skip
+            entries.append(
+                Entry(
+                    p.name,
+                    run,
+                    read_glue(glue) if glue else None,
+                    glue,
+                    baseline=run.steps == 0,
+                    corpus=run.cfg.data.path,
+                )
+            )
         elif (p / "results.json").exists():
             model = _sweep_model(p)
             owner = next((e for e in entries if e.pretrain and model and e.pretrain.path.resolve() == model), None)
@@ -274,8 +297,16 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                 owner.glue, owner.glue_path = read_glue(p), p
                 continue
             run = read_pretrain_run(model) if model is not None and (model / "config.yaml").exists() else None
-            entries.append(Entry(p.name, run, read_glue(p), p, baseline=run is not None and run.steps == 0,
-                                 corpus=None if run is None else run.cfg.data.path))  # fmt: skip
+            entries.append(
+                Entry(
+                    p.name,
+                    run,
+                    read_glue(p),
+                    p,
+                    baseline=run is not None and run.steps == 0,
+                    corpus=None if run is None else run.cfg.data.path,
+                )
+            )
         else:
             raise ReportError(
                 f"{p}: not a study (study.json), a pretraining run (config.yaml) or a GLUE folder (results.json)"
@@ -395,14 +426,29 @@ def device_peak(name: str) -> float | None:
 def sessions(meta: dict) -> list[dict]:
     """The training sessions of a run (a resumed run has several): device, world size, steps and seconds of
     each; runs logged before run.json kept its sessions: one session on its last device."""
-    raw = meta.get("sessions") or [{"device": meta.get("device", "unknown"), "world_size": meta.get("world_size", 1),
-                                    "start_step": 0, "start_seconds": 0.0}]  # fmt: skip
+    raw = meta.get("sessions") or [
+        {
+            "device": meta.get("device", "unknown"),
+            "world_size": meta.get("world_size", 1),
+            "start_step": 0,
+            "start_seconds": 0.0,
+        }
+    ]
     out = []
     for i, s in enumerate(raw):
-        end = raw[i + 1] if i + 1 < len(raw) else {"start_step": meta.get("step", 0),
-                                                  "start_seconds": meta.get("train_seconds", 0.0)}  # fmt: skip
-        out.append({"device": s["device"], "world_size": s["world_size"], "steps": end["start_step"] - s["start_step"],
-                    "seconds": max(0.0, end["start_seconds"] - s["start_seconds"])})  # fmt: skip
+        end = (
+            raw[i + 1]
+            if i + 1 < len(raw)
+            else {"start_step": meta.get("step", 0), "start_seconds": meta.get("train_seconds", 0.0)}
+        )
+        out.append(
+            {
+                "device": s["device"],
+                "world_size": s["world_size"],
+                "steps": end["start_step"] - s["start_step"],
+                "seconds": max(0.0, end["start_seconds"] - s["start_seconds"]),
+            }
+        )
     return out
 
 
@@ -429,15 +475,33 @@ def compute_row(e: Entry) -> dict:
     """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, GPUs (0 for a run on
     CPUs only), the device of every session, pretraining and fine-tuning hours."""
     tuning = finetune_seconds(e.glue)
-    row = {"name": e.name, "steps": 0, "tokens": 0, "flops": 0.0, "pfs_days": 0.0, "pfs_days_wall": 0.0,
-           "world_size": 1, "gpus": 0, "sessions": [], "hours": 0.0,
-           "finetune_hours": None if tuning is None else tuning / 3600}  # fmt: skip
+    row = {
+        "name": e.name,
+        "steps": 0,
+        "tokens": 0,
+        "flops": 0.0,
+        "pfs_days": 0.0,
+        "pfs_days_wall": 0.0,
+        "world_size": 1,
+        "gpus": 0,
+        "sessions": [],
+        "hours": 0.0,
+        "finetune_hours": None if tuning is None else tuning / 3600,
+    }
     run = e.pretrain
     if run is None:
         return row
     seconds = run.meta.get("train_seconds")
     parts = sessions(run.meta)
-    return {**row, "steps": run.steps, "tokens": run.tokens, "flops": run.flops, "pfs_days": run.flops / PFS_DAY,
-            "pfs_days_wall": wall_clock_pfs_days(run.meta), "world_size": max(s["world_size"] for s in parts),
-            "gpus": max((s["world_size"] for s in parts if s["device"] != "cpu"), default=0), "sessions": parts,
-            "hours": None if seconds is None else seconds / 3600}  # fmt: skip
+    return {
+        **row,
+        "steps": run.steps,
+        "tokens": run.tokens,
+        "flops": run.flops,
+        "pfs_days": run.flops / PFS_DAY,
+        "pfs_days_wall": wall_clock_pfs_days(run.meta),
+        "world_size": max(s["world_size"] for s in parts),
+        "gpus": max((s["world_size"] for s in parts if s["device"] != "cpu"), default=0),
+        "sessions": parts,
+        "hours": None if seconds is None else seconds / 3600,
+    }

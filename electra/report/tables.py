@@ -42,8 +42,10 @@ def _hours(hours: float | None) -> str:
 
 
 def _sessions_cell(row: dict) -> str:
-    parts = [f"{s['device']}" + (f" ×{s['world_size']}" if s["world_size"] > 1 else "") +
-             f" ({plural(s['steps'], 'step')})" for s in row["sessions"]]  # fmt: skip
+    parts = [
+        f"{s['device']}" + (f" ×{s['world_size']}" if s["world_size"] > 1 else "") + f" ({plural(s['steps'], 'step')})"
+        for s in row["sessions"]
+    ]
     return "; ".join(parts) or "–"
 
 
@@ -103,8 +105,12 @@ def glue_table(entries: list[Entry]) -> list[str]:
         agg = e.glue.get("scores", {})
         cells += [fmt(agg.get(k)) for k in ("paper", "glue", "study")]
         lines.append(f"| {e.name} | " + " | ".join(cells) + " |")
-    lines += ["", "The aggregate columns are `electra glue`'s three scores (docs/glue.md); each is empty unless "
-              "every task it needs was run.", ""]  # fmt: skip
+    lines += [
+        "",
+        "The aggregate columns are `electra glue`'s three scores (docs/glue.md); each is empty unless "
+        "every task it needs was run.",
+        "",
+    ]
     return lines + _published_comparison(with_glue, tasks)
 
 
@@ -119,22 +125,34 @@ def _glue_cell(results: dict, task: str, s: dict | None) -> str:
 def _published_comparison(entries: list[Entry], tasks: list[str]) -> list[str]:
     published = [t for t in REFERENCE_TASKS["OFF ELECTRA-Small-OWT"] if t in tasks]
     if not published:
-        return ["None of these tasks has published ELECTRA-Small numbers (they are not GLUE tasks): no comparison "
-                "with OFF or the study.", ""]  # fmt: skip
+        return [
+            "None of these tasks has published ELECTRA-Small numbers (they are not GLUE tasks): no comparison "
+            "with OFF or the study.",
+            "",
+        ]
     heads = [f"{t}†" if t == "mnli" else t for t in published]
-    lines = ["Beside the published ELECTRA-Small (dev; quoted rows from OFF's README, the study's report and "
-             "google-research/electra#73):", "", "| model | " + " | ".join(heads) + " |",
-             "|---|" + "---|" * len(published)]  # fmt: skip
+    lines = [
+        "Beside the published ELECTRA-Small (dev; quoted rows from OFF's README, the study's report and "
+        "google-research/electra#73):",
+        "",
+        "| model | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(published),
+    ]
     for e in entries:
         stats = task_stats(e.glue)
-        cells = [f"{stats[t]['median']:.2f} / {stats[t]['mean']:.2f} ± {stats[t]['std']:.2f}" if t in stats else "–"
-                 for t in published]  # fmt: skip
+        cells = [
+            f"{stats[t]['median']:.2f} / {stats[t]['mean']:.2f} ± {stats[t]['std']:.2f}" if t in stats else "–"
+            for t in published
+        ]
         lines.append(f"| {e.name} (ours: median / mean ± std) | " + " | ".join(cells) + " |")
     for name, row in REFERENCE_TASKS.items():
         lines.append(f"| {name} (quoted) | " + " | ".join(f"{row[t]:.1f}" for t in published) + " |")
     if "mnli" in published:
-        lines += ["", "† MNLI: ours and OFF's are matched accuracy; the study merged matched and mismatched into one "
-                  "accuracy, so its MNLI number is not comparable with the others in that column."]  # fmt: skip
+        lines += [
+            "",
+            "† MNLI: ours and OFF's are matched accuracy; the study merged matched and mismatched into one "
+            "accuracy, so its MNLI number is not comparable with the others in that column.",
+        ]
     return lines + [""]
 
 
@@ -151,17 +169,28 @@ def efficiency_points(entries: list[Entry], tasks: list[str]) -> list[dict]:
         if e.pretrain is not None and not e.baseline and mean is not None:
             row = compute_row(e)
             above = [t for t in tasks if not at_chance(e.glue, t)]
-            points.append({"name": e.name, "flops": row["flops"], "params": backbone_parameters(e.pretrain.cfg.model),
-                           "score": mean, "source": "ours", "pfs_days": row["pfs_days"], "above_chance": above,
-                           "above_chance_score": task_mean(e.glue, above) if above else None,
-                           "finetune_cap": finetune_cap(e),
-                           "max_steps_changes": max_steps_changes(e.pretrain.meta)})  # fmt: skip
+            points.append(
+                {
+                    "name": e.name,
+                    "flops": row["flops"],
+                    "params": backbone_parameters(e.pretrain.cfg.model),
+                    "score": mean,
+                    "source": "ours",
+                    "pfs_days": row["pfs_days"],
+                    "above_chance": above,
+                    "above_chance_score": task_mean(e.glue, above) if above else None,
+                    "finetune_cap": finetune_cap(e),
+                    "max_steps_changes": max_steps_changes(e.pretrain.meta),
+                }
+            )
     return points
 
 
 def quoted_points() -> list[dict]:
-    return [{"name": n, "params": p, "flops": f, "score": s, "source": "quoted", "pfs_days": f / PFS_DAY}
-            for n, p, f, s in LITERATURE]  # fmt: skip
+    return [
+        {"name": n, "params": p, "flops": f, "score": s, "source": "quoted", "pfs_days": f / PFS_DAY}
+        for n, p, f, s in LITERATURE
+    ]
 
 
 def _per_pfs_day(score: float, pfs: float | None) -> str:
@@ -189,11 +218,15 @@ def _our_efficiency_row(p: dict, tasks: list[str], average: str, notes: _Notes) 
     pretraining), and marks where fine-tuning was capped or the run's `train.max_steps` changed on resume."""
     score = f"{p['score']:.2f}"
     if p.get("finetune_cap") is not None:
-        score += notes.mark(f"fine-tuning capped at {plural(p['finetune_cap'], 'step')} per task "
-                            "(`finetune.max_steps`), not the recipe's epochs.")  # fmt: skip
+        score += notes.mark(
+            f"fine-tuning capped at {plural(p['finetune_cap'], 'step')} per task "
+            "(`finetune.max_steps`), not the recipe's epochs."
+        )
     for step, steps in p.get("max_steps_changes", []):
-        score += notes.mark(f"`train.max_steps` changed to {steps:,} on resume at step {step:,}; the "
-                            "learning-rate schedule changed there.")  # fmt: skip
+        score += notes.mark(
+            f"`train.max_steps` changed to {steps:,} on resume at step {step:,}; the "
+            "learning-rate schedule changed there."
+        )
     above = p.get("above_chance", tasks)
     if not above:
         per_pfs = "–, no task above chance"
@@ -201,10 +234,14 @@ def _our_efficiency_row(p: dict, tasks: list[str], average: str, notes: _Notes) 
         per_pfs = _per_pfs_day(p["above_chance_score"] if above != tasks else p["score"], p["pfs_days"])
         if above != tasks and per_pfs != "–":
             left_out = [t for t in tasks if t not in above]
-            per_pfs += notes.mark("score per pfs-day averages the tasks above chance only ("
-                                  f"{', '.join(above)}; {', '.join(left_out)} at chance level, left out).")  # fmt: skip
-    return (f"| {p['name']} | ours | {p['params'] / 1e6:.2f}M | {p['flops']:.3g} | {p['pfs_days']:.2e} | {score} | "
-            f"{per_pfs} | {average} |")  # fmt: skip
+            per_pfs += notes.mark(
+                "score per pfs-day averages the tasks above chance only ("
+                f"{', '.join(above)}; {', '.join(left_out)} at chance level, left out)."
+            )
+    return (
+        f"| {p['name']} | ours | {p['params'] / 1e6:.2f}M | {p['flops']:.3g} | {p['pfs_days']:.2e} | {score} | "
+        f"{per_pfs} | {average} |"
+    )
 
 
 def efficiency_table(points: list[dict], baseline: float | None, average: str, tasks: list[str]) -> list[str]:
@@ -221,12 +258,16 @@ def efficiency_table(points: list[dict], baseline: float | None, average: str, t
     if baseline is not None:
         lines.append(f"| no pretraining | ours | – | 0 | 0 | {baseline:.2f} | – | {average} |")
     for name, params, hardware, pfs, score, what in STUDY_EFFICIENCY:
-        lines.append(f"| {name} | quoted (the study) | {params / 1e6:.0f}M | – ({hardware}) | {pfs:.2f} | "
-                     f"{score:.1f} | {_per_pfs_day(score, pfs)} | {what} |")  # fmt: skip
+        lines.append(
+            f"| {name} | quoted (the study) | {params / 1e6:.0f}M | – ({hardware}) | {pfs:.2f} | "
+            f"{score:.1f} | {_per_pfs_day(score, pfs)} | {what} |"
+        )
     for p in quoted_points():
-        lines.append(f"| {p['name']} | quoted (ELECTRA paper Table 1) | {p['params'] / 1e6:.0f}M | {p['flops']:.2g} | "
-                     f"{p['pfs_days']:.3f} | {p['score']:.1f} | {_per_pfs_day(p['score'], p['pfs_days'])} | "
-                     "GLUE dev score as the paper reports it |")  # fmt: skip
+        lines.append(
+            f"| {p['name']} | quoted (ELECTRA paper Table 1) | {p['params'] / 1e6:.0f}M | {p['flops']:.2g} | "
+            f"{p['pfs_days']:.3f} | {p['score']:.1f} | {_per_pfs_day(p['score'], p['pfs_days'])} | "
+            "GLUE dev score as the paper reports it |"
+        )
     return lines + [
         "",
         *(x for line in notes.under() for x in (line, "")),
@@ -280,7 +321,10 @@ def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
         "row), or a held-out AUC that passed the gate and ended under it, 0.05 or more below its peak.",
     ]
     if len(steps) > 1:
-        lines += ["", f"**Warning: the sizes ran unequal steps ({', '.join(f'{s:,}' for s in sorted(steps))}), as a "
-                  "FLOPs or seconds budget gives them: larger generators got fewer steps, so this is not the study's "
-                  "comparison. Use `--budget steps=N` for it.**"]  # fmt: skip
+        lines += [
+            "",
+            f"**Warning: the sizes ran unequal steps ({', '.join(f'{s:,}' for s in sorted(steps))}), as a "
+            "FLOPs or seconds budget gives them: larger generators got fewer steps, so this is not the study's "
+            "comparison. Use `--budget steps=N` for it.**",
+        ]
     return lines + [""]

@@ -78,8 +78,10 @@ class Comparison:
             return f"{self.a} vs {self.b}"
         said = [f"mean over {plural(self.seeds, 'seed')}"]
         if self.p is not None:
-            said.append(f"{CONFIDENCE:.0%} interval ±{self.margin:.1f}, Welch's t {self.t:.2f}, df {self.df:.1f}, "
-                        f"{format_p(self.p)}")  # fmt: skip
+            said.append(
+                f"{CONFIDENCE:.0%} interval ±{self.margin:.1f}, Welch's t {self.t:.2f}, df {self.df:.1f}, "
+                f"{format_p(self.p)}"
+            )
         if self.at_chance:
             said.append(f"{', '.join(self.at_chance)} left out: at chance level")
         return f"{self.a} {self.delta:+.1f} points vs {self.b} on {', '.join(self.tasks)} ({'; '.join(said)})"
@@ -124,8 +126,15 @@ def _rejected(name: str, gate: Gate | None) -> str | None:
     return f"{name}'s pretraining {gate.word} (the learning gate): its higher score is not that pretraining's doing"
 
 
-def compare(a: str, results_a: dict | None, b: str, results_b: dict | None, tasks: list[str],
-            gate_a: Gate | None = None, gate_b: Gate | None = None) -> Comparison:  # fmt: skip
+def compare(
+    a: str,
+    results_a: dict | None,
+    b: str,
+    results_b: dict | None,
+    tasks: list[str],
+    gate_a: Gate | None = None,
+    gate_b: Gate | None = None,
+) -> Comparison:
     """Compare two models' GLUE results on `tasks` (see the module docstring for when a difference counts);
     `gate_a`, `gate_b`: the learning gate's verdict on each model's pretraining (None: not judged)."""
     out = Comparison(a, b)

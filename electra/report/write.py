@@ -121,8 +121,10 @@ def _summary_heading(entries: list[Entry], tasks: list[str]) -> list[str]:
     elif len(with_glue) == 1:
         why = f"Only {with_glue[0].name} has GLUE results, and none of its tasks has a score, so there is no task mean."
     else:
-        why = ("No task was fine-tuned for every model with GLUE results, so there is no task mean to compare them "
-               "on (Table 2 has each model's tasks).")  # fmt: skip
+        why = (
+            "No task was fine-tuned for every model with GLUE results, so there is no task mean to compare them "
+            "on (Table 2 has each model's tasks)."
+        )
     return ["## Summary", "", why]
 
 
@@ -147,9 +149,13 @@ def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
     matched = [(a, b) for a in electra for b in mlm if a.study == b.study]
     if not tasks or not (pairs or matched):
         return []
-    lines = ["", f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
-             f"at least {MIN_SEEDS} fine-tuning seeds a side, on tasks where the model that scores higher is above "
-             "chance level; never for a pretraining the gate rejects; electra/report/verdicts.py):", ""]  # fmt: skip
+    lines = [
+        "",
+        f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
+        f"at least {MIN_SEEDS} fine-tuning seeds a side, on tasks where the model that scores higher is above "
+        "chance level; never for a pretraining the gate rejects; electra/report/verdicts.py):",
+        "",
+    ]
     beaten = []
     for e, baseline in pairs:
         c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks, e.judge(), baseline.judge())
@@ -160,11 +166,14 @@ def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
         c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
         lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
     if beaten:
-        lines += ["", f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "
-                  "than these pretrained ones: at this budget pretraining has not yet learned what the tasks need, "
-                  "or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column and "
-                  "the training dynamics). These numbers are evidence against this budget, not against the "
-                  "objective."]  # fmt: skip
+        lines += [
+            "",
+            f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "
+            "than these pretrained ones: at this budget pretraining has not yet learned what the tasks need, "
+            "or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column and "
+            "the training dynamics). These numbers are evidence against this budget, not against the "
+            "objective.",
+        ]
     return lines
 
 
@@ -178,11 +187,16 @@ def _glue_section(entries: list[Entry], out: Path) -> list[str]:
     if not with_glue:
         return ["## GLUE", "", "No GLUE results yet.", ""]
     scores = {e.name: task_scores(e.glue) for e in with_glue}
-    metrics = {t: TASK_METRIC.get(t) or next(iter(e.glue["tasks"][t]["metrics"])) for e in with_glue
-               for t in e.glue["tasks"]}  # fmt: skip
+    metrics = {
+        t: TASK_METRIC.get(t) or next(iter(e.glue["tasks"][t]["metrics"])) for e in with_glue for t in e.glue["tasks"]
+    }
     order = order_tasks(metrics)
-    chance = {t: e.glue["tasks"][t]["chance"]["baseline"] for e in with_glue for t in e.glue["tasks"]
-              if "chance" in e.glue["tasks"][t]}  # fmt: skip
+    chance = {
+        t: e.glue["tasks"][t]["chance"]["baseline"]
+        for e in with_glue
+        for t in e.glue["tasks"]
+        if "chance" in e.glue["tasks"][t]
+    }
     figures.glue_scores(scores, {t: metrics[t] for t in order}, chance, _rejected(with_glue), out / "glue.png")
     return [
         "## GLUE (dev)",
@@ -205,7 +219,8 @@ def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, 
     series: dict[str, list[dict]] = {}
     for e in pretrained:
         series.setdefault(e.pretrain.kind, []).append(
-            {"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)})  # fmt: skip
+            {"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)}
+        )
     if not baselines or not any(len({p["flops"] for p in points}) > 1 for points in series.values()):
         return []  # no objective at two budgets: no curve
     figures.crossover(series, baselines, chance, metrics, out / "crossover.png")
@@ -230,8 +245,14 @@ def _dynamics_section(entries: list[Entry], out: Path) -> list[str]:
     lines = ["## Pretraining dynamics (the study's Figure 3)", ""]
     for e in runs:
         name = _slug(e.name)
-        figures.training_dynamics(e.pretrain.train, e.pretrain.evals, f"{e.name} ({e.pretrain.kind})",
-                                  out / f"dynamics-{name}.png", e.pretrain.kind, GATE_AUC)  # fmt: skip
+        figures.training_dynamics(
+            e.pretrain.train,
+            e.pretrain.evals,
+            f"{e.name} ({e.pretrain.kind})",
+            out / f"dynamics-{name}.png",
+            e.pretrain.kind,
+            GATE_AUC,
+        )
         lines += [f"### {e.name}", "", f"![training dynamics of {e.name}](dynamics-{name}.png)", ""]
         if e.pretrain.evals:
             lines += [_held_out_line(e.pretrain.evals[-1]), ""]
@@ -239,8 +260,15 @@ def _dynamics_section(entries: list[Entry], out: Path) -> list[str]:
 
 
 def _held_out_line(last: dict) -> str:
-    keys = ("mlm_accuracy", "masked_accuracy", "mlm_majority_rate", "sampled_accuracy", "disc_auc", "disc_recall",
-            "disc_precision")  # fmt: skip
+    keys = (
+        "mlm_accuracy",
+        "masked_accuracy",
+        "mlm_majority_rate",
+        "sampled_accuracy",
+        "disc_auc",
+        "disc_recall",
+        "disc_precision",
+    )
     values = ", ".join(f"{k} {_fmt(last.get(f'eval_{k}'), 3)}" for k in keys if f"eval_{k}" in last)
     return f"Held out at step {last['step']:,}: {values}."
 
@@ -278,13 +306,22 @@ def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[
     baseline = next((e for e in entries if e.baseline and e.glue), None)
     base_score = task_mean(baseline.glue, averaged) if baseline else None
     ours_average = PAPER_AVERAGE if averaged == paper else f"mean over {', '.join(tasks)} (dev, medians over seeds)"
-    figures.efficiency(points, report_tables.quoted_points(), ours_average, PAPER_AVERAGE, base_score, averaged,
-                       paper, out / "efficiency.png")  # fmt: skip
+    figures.efficiency(
+        points,
+        report_tables.quoted_points(),
+        ours_average,
+        PAPER_AVERAGE,
+        base_score,
+        averaged,
+        paper,
+        out / "efficiency.png",
+    )
     same = "in separate panels, since they average other tasks"
     if averaged == paper:
         left_out = [t for t in tasks if t not in paper]
-        same = "in one panel, both averaging the paper's 8 tasks" + (f" ({', '.join(left_out)} left out of ours)"
-                                                                   if left_out else "")  # fmt: skip
+        same = "in one panel, both averaging the paper's 8 tasks" + (
+            f" ({', '.join(left_out)} left out of ours)" if left_out else ""
+        )
     return lines + [
         "![score against pretraining FLOPs](efficiency.png)",
         "",

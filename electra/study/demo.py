@@ -31,10 +31,15 @@ import shutil
 from pathlib import Path
 
 from electra.config import load_config
+from electra.data.prepare import prepare
+from electra.data.synthetic_tasks import write_synthetic_tasks
+from electra.data.tokenizer import train_tokenizer
+from electra.glue.tasks import resolve_tasks
 from electra.modeling.flops import off_train_flops
 from electra.report.results import collect, common_tasks, task_mean
 from electra.report.verdicts import CONFIDENCE, compare
-from electra.study.run import StudySpec, run_study, vocabulary_size
+from electra.study.grid import StudySpec, vocabulary_size
+from electra.study.run import run_study
 from electra.utils.wording import plural
 
 ELECTRA_STEPS = 2000  # the budget: the FLOPs of this many steps of the ELECTRA setting; MLM gets more, cheaper steps
@@ -54,8 +59,15 @@ REAL_TEXT_COMMAND = "electra demo --corpus TEXT.txt --glue-dir GLUE_DIR --out ru
 PRETRAIN = ["train.eval_every=500", "train.log_every=100", "train.save_every=1000", "train.eval_batches=8"]
 
 
-def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None, electra_steps: int | None = None,
-         seeds: list[int] | None = None, finetune_steps: int | None = None, progress: bool = True) -> Path:  # fmt: skip
+def demo(
+    out: str | Path,
+    corpus: str | None = None,
+    glue_dir: str | None = None,
+    electra_steps: int | None = None,
+    seeds: list[int] | None = None,
+    finetune_steps: int | None = None,
+    progress: bool = True,
+) -> Path:
     """Run the toy study into `out` (replaced if it exists); returns the report folder. `finetune_steps` caps each
     fine-tuning run (for quick checks; by default every task runs its full recipe)."""
     real = corpus is not None
@@ -70,16 +82,28 @@ def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None
     cfg = load_config(base, [*PRETRAIN, f"model.vocab_size={vocabulary_size(data)}"])
     budget = off_train_flops(cfg, electra_steps)
     which = "ELECTRA (temperature 1)" if real else "ELECTRA (temperature 1 and 3)"
-    print(f"== the study at toy scale ({base} preset): {which}, MLM and no pretraining, each pretrained for "
-          f"{budget:.3g} training FLOPs ({plural(electra_steps, 'ELECTRA step')}), fine-tuned over "
-          f"{plural(len(seeds or SEEDS), 'seed')} on {', '.join(Path(t).name for t in tasks.split(','))}",
-          flush=True)  # fmt: skip
+    print(
+        f"== the study at toy scale ({base} preset): {which}, MLM and no pretraining, each pretrained for "
+        f"{budget:.3g} training FLOPs ({plural(electra_steps, 'ELECTRA step')}), fine-tuned over "
+        f"{plural(len(seeds or SEEDS), 'seed')} on {', '.join(Path(t).name for t in tasks.split(','))}",
+        flush=True,
+    )
     spec = StudySpec(
-        out=str(out / "study"), base=base, overrides=PRETRAIN, settings=settings, budget=f"flops={budget!r}",
-        data=data, tasks=tasks, glue_dir=glue_dir, seeds=list(seeds or SEEDS), parallel=2, recipe=recipe,
+        out=str(out / "study"),
+        base=base,
+        overrides=PRETRAIN,
+        settings=settings,
+        budget=f"flops={budget!r}",
+        data=data,
+        tasks=tasks,
+        glue_dir=glue_dir,
+        seeds=list(seeds or SEEDS),
+        parallel=2,
+        recipe=recipe,
         finetune_overrides=[f"finetune.max_steps={finetune_steps}"] if finetune_steps else [],
-        description="`make demo`: the study at toy scale (electra/study/demo.py).", progress=progress,
-    )  # fmt: skip
+        description="`make demo`: the study at toy scale (electra/study/demo.py).",
+        progress=progress,
+    )
     report = run_study(spec)
     print_verdict(Path(spec.out))
     print("\nThe report (report.md), its figures and results.json are in this folder:")
@@ -91,8 +115,6 @@ def demo(out: str | Path, corpus: str | None = None, glue_dir: str | None = None
 
 
 def _prepare_corpus(corpus: str, out: Path) -> str:
-    from electra.data.prepare import prepare
-    from electra.data.tokenizer import train_tokenizer
 
     print(f"== a WordPiece tokenizer (4096 tokens) and a prepared corpus from {corpus}", flush=True)
     train_tokenizer("wordpiece", 4096, [corpus], out / "tokenizer", show_progress=False)
@@ -103,10 +125,7 @@ def _prepare_corpus(corpus: str, out: Path) -> str:
 def _tasks(glue_dir: str | None, out: Path) -> str:
     """The GLUE tasks of SST-2, MRPC, RTE and WNLI that `glue_dir` holds, or the built-in synthetic tasks."""
     if glue_dir is None:
-        from electra.data.synthetic_tasks import write_synthetic_tasks
-
         return ",".join(str(p) for p in write_synthetic_tasks(out / "tasks"))
-    from electra.glue.tasks import resolve_tasks
 
     specs, _ = resolve_tasks(["all"], glue_dir)
     found = [s.task.name for s in specs if s.task.name in GLUE_TASKS]
@@ -130,8 +149,10 @@ def verdict_lines(study: Path) -> list[str]:
     (never learned, or collapsed)."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
-    lines = [f"\n== verdict at {CONFIDENCE:.0%} confidence (each task's mean over seeds, on "
-             f"{', '.join(Path(t).name for t in tasks)})"]  # fmt: skip
+    lines = [
+        f"\n== verdict at {CONFIDENCE:.0%} confidence (each task's mean over seeds, on "
+        f"{', '.join(Path(t).name for t in tasks)})"
+    ]
     # by the runs' objective where a pretraining run is at hand (a study's names: kind=electra, ...), else by the
     # demo's names (electra..., mlm, none)
     base = next((e for e in entries if e.baseline or e.name == "none"), None)

@@ -10,15 +10,28 @@ wall time is the busiest worker's share, not the sum).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from electra.config import load_finetune_config
+from electra.data.corpus import TOKENIZER_FILE
+from electra.data.synthetic import synthetic_tokenizer_dir
+from electra.data.tokenizer import load_tokenizer
+from electra.glue.features import encode
+from electra.glue.finetune import run_length
+from electra.glue.heads import GlueModel
+from electra.glue.loading import load_task
+from electra.glue.optim import build_optimizer
+from electra.glue.tasks import resolve_tasks
+from electra.modeling.electra import ElectraModel
+from electra.modeling.flops import off_train_flops
+from electra.study.grid import pretrained, run_dir, seconds_per_step, worker_threads
+from electra.training.optim import clip_and_step
+from electra.training.timing import sync, synthetic_batch
 from electra.utils.wording import budget, duration, plural
 
 FINETUNE_TIMED_STEPS = 3  # timed fine-tuning steps (after one untimed)
@@ -72,8 +85,6 @@ class Plan:
 
 def make_plan(spec, settings) -> Plan:
     """Time what needs timing and count the rest; `spec` and `settings` as electra/study/run.py builds them."""
-    from electra.modeling.flops import off_train_flops
-    from electra.study.run import pretrained, run_dir, seconds_per_step
 
     todo = [s for s in settings if s.kind != "none" and not pretrained(run_dir(spec, s) / "pretrain", s.steps)]
     pretrain_workers, finetune_workers = max(1, min(spec.parallel, len(todo))), max(1, spec.parallel)
@@ -97,28 +108,8 @@ def make_plan(spec, settings) -> Plan:
     return Plan(rows, spec.budget, tasks, len(spec.seeds), step, pretrain_workers, finetune_workers)
 
 
-@contextlib.contextmanager
-def worker_threads(workers: int, device: str | None):
-    """Time steps with the threads one of `workers` CPU worker processes will have (electra/study/run.py and
-    electra/glue/sweep.py give each its share of the cores)."""
-    import torch
-
-    on_cpu = device == "cpu" or (device in (None, "auto") and not torch.cuda.is_available())
-    if workers == 1 or not on_cpu:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def finetune_lengths(spec) -> dict[str, int]:
     """Task -> optimizer steps of one run of the study's recipe (electra/glue/finetune.py run_length)."""
-    from electra.config import load_finetune_config
-    from electra.glue.finetune import run_length
 
     cfg = load_finetune_config(spec.recipe, spec.finetune_overrides)
     lengths = {}
@@ -132,8 +123,6 @@ def finetune_lengths(spec) -> dict[str, int]:
 @functools.lru_cache(maxsize=1)
 def _train_sets(tasks: str, glue_dir: str | None) -> list:
     """(task spec, training examples) of each task of the study, read once for the plan's two uses."""
-    from electra.glue.loading import load_task
-    from electra.glue.tasks import resolve_tasks
 
     found, _ = resolve_tasks(tasks.split(","), glue_dir)
     return [(t, load_task(t).train) for t in found]
@@ -144,12 +133,6 @@ def padded_lengths(spec, max_positions: int) -> dict[str, int]:
     batches of the recipe's size, from a sample of the task's training examples tokenized as fine-tuning will
     (electra/glue/features.py encode), rounded up to a multiple of 8."""
     import numpy as np
-
-    from electra.config import load_finetune_config
-    from electra.data.corpus import TOKENIZER_FILE
-    from electra.data.synthetic import synthetic_tokenizer_dir
-    from electra.data.tokenizer import load_tokenizer
-    from electra.glue.features import encode
 
     tokenizer = load_tokenizer(synthetic_tokenizer_dir() if spec.data is None else Path(spec.data) / TOKENIZER_FILE)
     ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
@@ -169,13 +152,6 @@ def finetune_step_seconds(cfg, spec, length: int) -> float:
     recipe's batch size and the given length on the study's device."""
     import torch
     import torch.nn.functional as F
-
-    from electra.config import load_finetune_config
-    from electra.glue.heads import GlueModel
-    from electra.glue.optim import build_optimizer
-    from electra.modeling.electra import ElectraModel
-    from electra.training.optim import clip_and_step
-    from electra.training.timing import sync, synthetic_batch
 
     ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
     dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -198,8 +174,7 @@ def finetune_step_seconds(cfg, spec, length: int) -> float:
 def plan_lines(plan: Plan, out: str) -> list[str]:
     """The plan as printed: one line per setting, the fine-tuning runs, the estimated wall time."""
     width = max(len(s.name) for s in plan.settings)
-    lines = [f"== the plan of study {out}: {plural(len(plan.settings), 'setting')}, budget "
-             f"{budget(plan.budget)} each"]  # fmt: skip
+    lines = [f"== the plan of study {out}: {plural(len(plan.settings), 'setting')}, budget {budget(plan.budget)} each"]
     for s in plan.settings:
         if s.kind == "none":
             when = "no pretraining (random initialisation)"
@@ -210,11 +185,15 @@ def plan_lines(plan: Plan, out: str) -> list[str]:
         lines.append(f"   {s.name:<{width}}  {s.kind:<7} {plural(s.steps, 'step'):>14}  {s.flops:9.3g} FLOPs  {when}")
     runs = plural(plan.finetune_runs, "fine-tuning run")
     per_task = ", ".join(f"{t} {plural(n, 'step')}" for t, n in plan.tasks.items())
-    lines.append(f"   then {runs}: {plural(len(plan.settings), 'setting')} x {plural(len(plan.tasks), 'task')} x "
-                 f"{plural(plan.seeds, 'seed')} ({per_task})")  # fmt: skip
+    lines.append(
+        f"   then {runs}: {plural(len(plan.settings), 'setting')} x {plural(len(plan.tasks), 'task')} x "
+        f"{plural(plan.seeds, 'seed')} ({per_task})"
+    )
     total = plan.pretrain_seconds + (plan.finetune_seconds or 0.0)
     finetune = "" if plan.finetune_seconds is None else f" + fine-tuning about {duration(plan.finetune_seconds)}"
     at_once = "" if plan.finetune_workers == 1 else f", {plan.finetune_workers} processes at a time"
-    lines.append(f"   estimated wall time: about {duration(total)} (pretraining about {duration(plan.pretrain_seconds)}"
-                 f"{finetune}{at_once}; from timed steps on this device)")  # fmt: skip
+    lines.append(
+        f"   estimated wall time: about {duration(total)} (pretraining about {duration(plan.pretrain_seconds)}"
+        f"{finetune}{at_once}; from timed steps on this device)"
+    )
     return lines

@@ -32,6 +32,13 @@ def batch_to_device(arrays: dict[str, np.ndarray], ids: np.ndarray, device: torc
 
 def masked_batch(cfg: PretrainConfig, tokens: TokenizerInfo, batch: dict, special: torch.Tensor):
     return mask_tokens(
-        batch["input_ids"], batch["attention_mask"], batch["example_ids"], cfg.train.seed, cfg.objective,
-        cfg.num_mask_slots, tokens.mask_id, special, tokens.vocab_size,
-    )  # fmt: skip
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch["example_ids"],
+        cfg.train.seed,
+        cfg.objective,
+        cfg.num_mask_slots,
+        tokens.mask_id,
+        special,
+        tokens.vocab_size,
+    )

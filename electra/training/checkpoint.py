@@ -30,6 +30,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
+from electra.modeling.convert_hf import discriminator_body_from_hf, from_hf, masked_lm_from_hf, to_hf
 from electra.modeling.electra import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 from electra.modeling.hub import resolve_model
 from electra.utils.errors import CorruptFileError, DiskFullError, InputError, is_disk_full
@@ -151,8 +152,11 @@ def save_model_checkpoint(
     ckpt = Path(ckpt)
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    files = {"model.safetensors": safetensors_bytes(state),
-             "config.yaml": yaml.safe_dump(to_dict(cfg), sort_keys=False).encode(), **(extra_files or {})}  # fmt: skip
+    files = {
+        "model.safetensors": safetensors_bytes(state),
+        "config.yaml": yaml.safe_dump(to_dict(cfg), sort_keys=False).encode(),
+        **(extra_files or {}),
+    }
     files[CHECKSUMS_FILE] = checksums_text({n: hashlib.sha256(d).hexdigest() for n, d in files.items()}).encode()
     files[COMPLETE_MARKER] = VERIFIED_BY.encode()  # last: marks the folder complete
     tmp = Path(tempfile.mkdtemp(dir=ckpt.parent, prefix=f".{ckpt.name}."))
@@ -221,8 +225,12 @@ def verify_checkpoint(ckpt: Path, required: tuple[str, ...] = MODEL_FILES) -> No
     except CorruptFileError as err:
         raise CheckpointError(str(err)) from None
     if not _warned_unverified:
-        log.warning("%s (and any other checkpoint written before checksums were recorded) has no %s: its files "
-                    "are not verified", ckpt, CHECKSUMS_FILE)  # fmt: skip
+        log.warning(
+            "%s (and any other checkpoint written before checksums were recorded) has no %s: its files "
+            "are not verified",
+            ckpt,
+            CHECKSUMS_FILE,
+        )
         _warned_unverified = True
     for name in required:
         if not (ckpt / name).is_file():
@@ -245,8 +253,13 @@ def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainCo
 def find_tokenizer(path: Path) -> Path | None:
     """The tokenizer folder that belongs to a run, checkpoint or HF folder, if any."""
     path = Path(path)
-    for candidate in (path / "tokenizer", path.parent.parent / "tokenizer", path, path / "discriminator",
-                      path / "masked_lm"):  # fmt: skip
+    for candidate in (
+        path / "tokenizer",
+        path.parent.parent / "tokenizer",
+        path,
+        path / "discriminator",
+        path / "masked_lm",
+    ):
         if (candidate / "tokenizer.json").exists() or (candidate / "vocab.txt").exists():
             return candidate
     return None
@@ -268,13 +281,9 @@ def load_pretraining_model(path: str | Path) -> tuple[ElectraForPretraining | Ma
     masked_lm/ for the MLM baseline)."""
     path = Path(path)
     if (path / "discriminator" / "config.json").exists() and (path / "generator" / "config.json").exists():
-        from electra.modeling.convert_hf import from_hf
-
         model = from_hf(path / "discriminator", path / "generator")
         return model, PretrainConfig.for_model(model.cfg)
     if (path / "masked_lm" / "config.json").exists():
-        from electra.modeling.convert_hf import masked_lm_from_hf
-
         model = masked_lm_from_hf(path / "masked_lm")
         return model, dataclasses.replace(PretrainConfig.for_model(model.cfg), objective=model.objective)
     model, cfg = load_model_checkpoint(resolve_checkpoint(path))
@@ -291,8 +300,6 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
         raise CheckpointError(f"{path}: no such model folder")
     hf_dir = next((path / sub for sub in ("discriminator", "masked_lm") if (path / sub / "config.json").exists()), path)
     if (hf_dir / "config.json").exists():
-        from electra.modeling.convert_hf import discriminator_body_from_hf
-
         body, cfg = discriminator_body_from_hf(hf_dir)
         return body, cfg, find_tokenizer(hf_dir)
     ckpt = resolve_checkpoint(path)
@@ -305,7 +312,6 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
 
 def export_run_to_hf(run: str | Path, out: str | Path) -> Path:
     """A run's newest checkpoint (or a checkpoint folder) as OUT/discriminator + OUT/generator for transformers."""
-    from electra.modeling.convert_hf import to_hf
 
     ckpt = resolve_checkpoint(Path(run))
     model, _ = load_model_checkpoint(ckpt)
@@ -316,7 +322,6 @@ def import_run_from_hf(discriminator: str | Path, generator: str | Path, out: st
     """A run folder holding one step-0 checkpoint made from two transformers ELECTRA folders (and the tokenizer
     found beside the discriminator, if any). Returns the checkpoint folder."""
     discriminator, generator = resolve_model(discriminator), resolve_model(generator)  # hub ids: cached folders
-    from electra.modeling.convert_hf import from_hf
 
     model = from_hf(discriminator, generator)
     cfg = PretrainConfig.for_model(model.cfg)

@@ -1,5 +1,10 @@
 """Held-out evaluation during pretraining: the generator's and the discriminator's numbers on held-out
-examples, the token-frequency baseline they are read against, and the collapse watch."""
+examples, the token-frequency baseline they are read against, and the collapse watch.
+
+Collapse (the study's finding): with a generator larger than recommended the discriminator can stop telling
+replaced from original tokens; recall on replaced tokens falls to 0 and the AUC to 0.5. The watch flags a run
+whose held-out metrics stay there for `train.collapse_patience` evaluations (the thresholds: training/health.py).
+"""
 
 from __future__ import annotations
 
@@ -42,9 +47,16 @@ def token_log_frequencies(train: ExampleSource, vocab_size: int, special_ids: tu
         return torch.from_numpy(np.log(counts / counts.sum()))
 
 
-def evaluate(model: ElectraForPretraining, source: ExampleSource, cfg: PretrainConfig, tokens: TokenizerInfo,
-             device: torch.device, autocast, train: ExampleSource | None = None, chunk: int | None = None
-             ) -> dict[str, float]:  # fmt: skip
+def evaluate(
+    model: ElectraForPretraining,
+    source: ExampleSource,
+    cfg: PretrainConfig,
+    tokens: TokenizerInfo,
+    device: torch.device,
+    autocast,
+    train: ExampleSource | None = None,
+    chunk: int | None = None,
+) -> dict[str, float]:
     """Metrics on a fixed held-out set (the same examples and masks at every evaluation), with disc AUC and
     what token frequencies alone score at the slots shown as [MASK] (compare `masked_accuracy` and `masked_loss`):
     `mlm_majority_rate`, the accuracy of always guessing the most frequent token there; `mlm_unigram_loss` (with
@@ -103,8 +115,19 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev, autocast, meta: RunMeta,
-                   run_dir: Path, writers: list, step: int, chunk: int | None = None) -> None:  # fmt: skip
+def watch_collapse(
+    model,
+    data,
+    cfg: PretrainConfig,
+    tokens: TokenizerInfo,
+    dev,
+    autocast,
+    meta: RunMeta,
+    run_dir: Path,
+    writers: list,
+    step: int,
+    chunk: int | None = None,
+) -> None:
     """Evaluate on the held-out set (`chunk` sequences at a time: the run's micro-batch), log it, and update the
     collapse flag in `meta` and RUN/run.json."""
     metrics = evaluate(model, data.eval, cfg, tokens, dev, autocast, train=data.train, chunk=chunk)
@@ -119,9 +142,12 @@ def watch_collapse(model, data, cfg: PretrainConfig, tokens: TokenizerInfo, dev,
                 "step %d: the discriminator does not tell replaced from original tokens (eval recall %.3f, AUC %.3f "
                 "for %d evaluations). Early in a run this is the plateau where it predicts 'original' everywhere; "
                 "later it is a collapse (the study saw it with generators larger than recommended). Either way, "
-                "fine-tuning from this checkpoint will be poor.", step, metrics["disc_recall"],
-                metrics["disc_auc"], meta.collapse_streak,
-            )  # fmt: skip
+                "fine-tuning from this checkpoint will be poor.",
+                step,
+                metrics["disc_recall"],
+                metrics["disc_auc"],
+                meta.collapse_streak,
+            )
             meta.collapse_first_step = meta.collapse_first_step or step
         meta.collapsed = True
     elif meta.collapse_streak == 0:

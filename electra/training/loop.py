@@ -37,6 +37,7 @@ from electra.config import ConfigError, PretrainConfig, temperature_at
 from electra.data.corpus import TOKENS_FILE, read_metadata
 from electra.data.pretraining_data import PretrainingData, open_pretraining_data
 from electra.data.tokenizer import TokenizerInfo
+from electra.modeling.convert_hf import to_hf
 from electra.modeling.electra import ElectraForPretraining, build_model
 from electra.modeling.masking import MaskedBatch
 from electra.training import checkpoint as ckpt_io
@@ -106,16 +107,21 @@ class StepPlan:
 def plan_step(cfg: PretrainConfig, per_rank: int, dev: torch.device) -> StepPlan:
     """Resolve train.precision, train.compile and the micro-batch for `per_rank` sequences on `dev`."""
     precision = resolve_precision(cfg.train.precision, dev, cfg.model.discriminator.hidden_size)
-    return StepPlan(precision, resolve_compile(cfg.train.compile, dev), micro_batch_size(cfg, per_rank, precision.name,
-                                                                                        dev))  # fmt: skip
+    return StepPlan(
+        precision, resolve_compile(cfg.train.compile, dev), micro_batch_size(cfg, per_rank, precision.name, dev)
+    )
 
 
 def code_revision() -> str:
     try:
         root = Path(__file__).resolve().parents[1]
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -161,8 +167,13 @@ class Run:
         return self.data.tokens
 
 
-def setup(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
-          data: PretrainingData | None = None) -> Run:  # fmt: skip
+def setup(
+    cfg: PretrainConfig,
+    run_dir: str | Path,
+    resume: str | None = None,
+    device: str | None = None,
+    data: PretrainingData | None = None,
+) -> Run:
     """Open the data, build model, optimizer and scaler, resume from a checkpoint if asked, write the run folder.
 
     `data` replaces the corpus of `cfg.data` (e.g. an in-memory source); `resume` is "auto" (the newest valid
@@ -185,8 +196,15 @@ def setup(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, d
     return run
 
 
-def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int, world: int, dev: torch.device,
-               data: PretrainingData | None) -> Run:  # fmt: skip
+def _build_run(
+    cfg: PretrainConfig,
+    run_dir: Path,
+    resume: str | None,
+    rank: int,
+    world: int,
+    dev: torch.device,
+    data: PretrainingData | None,
+) -> Run:
     if dev.type == "cpu":
         keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md)
     data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
@@ -198,12 +216,19 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
     plan = plan_step(cfg, per_rank, dev)
     precision, compiled, micro = plan.precision, plan.compiled, plan.micro_batch
     if per_rank % micro:
-        raise ConfigError(f"train.micro_batch_size {micro} does not divide the per-process batch {per_rank} "
-                          f"(train.batch_size {t.batch_size} over {world} processes)")  # fmt: skip
+        raise ConfigError(
+            f"train.micro_batch_size {micro} does not divide the per-process batch {per_rank} "
+            f"(train.batch_size {t.batch_size} over {world} processes)"
+        )
     tf32 = enable_tf32(dev, t.tf32)
     if rank == 0:
-        log.info("precision %s (%s); torch.compile %s; TF32 matmuls %s", precision.name, precision.reason,
-                 "on" if compiled else "off", "on" if tf32 else "off")  # fmt: skip
+        log.info(
+            "precision %s (%s); torch.compile %s; TF32 matmuls %s",
+            precision.name,
+            precision.reason,
+            "on" if compiled else "off",
+            "on" if tf32 else "off",
+        )
 
     torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
     raw_model = build_model(cfg).to(dev)
@@ -217,8 +242,9 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
     if resume is not None:
         where = run_dir if resume == "auto" else Path(resume)
-        restored = training_state.restore_training_state(where, cfg, raw_model, optimizer, scaler, rank, world, dev,
-                                                         digests)  # fmt: skip
+        restored = training_state.restore_training_state(
+            where, cfg, raw_model, optimizer, scaler, rank, world, dev, digests
+        )
         if restored is not None:
             meta, loop_state = restored
             meta.data_digests = digests  # an older checkpoint's None: recorded from now on
@@ -240,8 +266,25 @@ def _build_run(cfg: PretrainConfig, run_dir: Path, resume: str | None, rank: int
     if compiled:
         model = torch.compile(model, dynamic=False)
     special = torch.tensor(data.tokens.special_ids, device=dev)
-    return Run(cfg, run_dir, rank, world, dev, data, raw_model, model, optimizer, scaler, meta, per_rank,
-               per_rank // micro, autocast_for(precision.name, dev), precision, special, loop_state)  # fmt: skip
+    return Run(
+        cfg,
+        run_dir,
+        rank,
+        world,
+        dev,
+        data,
+        raw_model,
+        model,
+        optimizer,
+        scaler,
+        meta,
+        per_rank,
+        per_rank // micro,
+        autocast_for(precision.name, dev),
+        precision,
+        special,
+        loop_state,
+    )
 
 
 def corpus_digests(path: str | None) -> dict | None:
@@ -274,9 +317,12 @@ def wrap_ddp(model: nn.Module, dev: torch.device) -> nn.parallel.DistributedData
     about DDP_BUCKETS buckets, and no broadcast of buffers before each forward: the model's buffers (the rotary
     tables, the sampling temperature) are set alike on every rank and never changed by training."""
     return nn.parallel.DistributedDataParallel(
-        model, device_ids=[dev.index] if dev.type == "cuda" else None, gradient_as_bucket_view=True,
-        bucket_cap_mb=ddp_bucket_mb(model), broadcast_buffers=False,
-    )  # fmt: skip
+        model,
+        device_ids=[dev.index] if dev.type == "cuda" else None,
+        gradient_as_bucket_view=True,
+        bucket_cap_mb=ddp_bucket_mb(model),
+        broadcast_buffers=False,
+    )
 
 
 def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: RunMeta) -> None:
@@ -325,7 +371,6 @@ def export_for_transformers(run: Run) -> None:
     if importlib.util.find_spec("transformers") is None:
         log.warning("transformers is not installed: RUN/hf not written (electra export-hf RUN RUN/hf, where it is)")
         return
-    from electra.modeling.convert_hf import to_hf
 
     tokenizer = run.run_dir / "tokenizer"
     to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
@@ -344,9 +389,15 @@ def record_memory(run: Run, meta: RunMeta) -> None:
 # -- the loop -------------------------------------------------------------------------------------------------
 
 
-def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: str | None = None, device: str | None = None,
-             loggers: tuple[str, ...] = (), data: PretrainingData | None = None, progress: bool = True
-             ) -> RunMeta:  # fmt: skip
+def pretrain(
+    cfg: PretrainConfig,
+    run_dir: str | Path,
+    resume: str | None = None,
+    device: str | None = None,
+    loggers: tuple[str, ...] = (),
+    data: PretrainingData | None = None,
+    progress: bool = True,
+) -> RunMeta:
     """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns where the run stands at the end.
 
     SIGTERM / SIGINT (to any one rank, or all) save a checkpoint and stop all ranks at the same step, one or two
@@ -386,14 +437,26 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite, meta.scaler_backoffs)
     if run.loop_state is not None:
         window.restore(run.loop_state["window"])
-    bar = tqdm(total=t.max_steps, initial=meta.step, desc="pretrain", disable=not (run.main_process and progress),
-               dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(
+        total=t.max_steps,
+        initial=meta.step,
+        desc="pretrain",
+        disable=not (run.main_process and progress),
+        dynamic_ncols=True,
+    )
     params = list(run.raw_model.parameters())
     run.raw_model.train()
     meta.device = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else run.device.type
     meta.stopped_by_signal = None  # this session's, if any, is set below
-    meta.sessions.append({"device": meta.device, "world_size": run.world, "start_step": meta.step,
-                          "start_seconds": meta.train_seconds, "max_steps": t.max_steps})  # fmt: skip
+    meta.sessions.append(
+        {
+            "device": meta.device,
+            "world_size": run.world,
+            "start_step": meta.step,
+            "start_seconds": meta.train_seconds,
+            "max_steps": t.max_steps,
+        }
+    )
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
     prefetch = prefetch_batches(run, meta.step)
     try:
@@ -403,8 +466,9 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             if cfg.objective.temperature_start is not None:
                 run.raw_model.set_temperature(temperature_at(step, cfg.objective))
             batches, masked = step_batches(run, step, prefetch.get(step))
-            out = train_step(run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast,
-                             t.grad_clip)  # fmt: skip
+            out = train_step(
+                run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast, t.grad_clip
+            )
             window.add(out)
             done = step + 1
             meta.step, meta.samples = done, done * t.batch_size
@@ -425,8 +489,19 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
                         write_metrics(run.run_dir, row, writers)
                         bar.set_postfix(progress_fields(cfg, row))
                 if eval_now and run.main_process:
-                    watch_collapse(run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta,
-                                   run.run_dir, writers, done, run.per_rank // run.accum)  # fmt: skip
+                    watch_collapse(
+                        run.raw_model,
+                        run.data,
+                        cfg,
+                        run.tokens,
+                        run.device,
+                        run.autocast,
+                        meta,
+                        run.run_dir,
+                        writers,
+                        done,
+                        run.per_rank // run.accum,
+                    )
                     failpoint("evaluate")
             except Exception as err:
                 error = err
@@ -440,8 +515,17 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
                 meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
             if save_now:
                 record_memory(run, meta)
-                training_state.save_training_state(run.run_dir, cfg, run.raw_model, run.optimizer, run.scaler, meta,
-                                            run.rank, run.world, {"window": window.state()})  # fmt: skip
+                training_state.save_training_state(
+                    run.run_dir,
+                    cfg,
+                    run.raw_model,
+                    run.optimizer,
+                    run.scaler,
+                    meta,
+                    run.rank,
+                    run.world,
+                    {"window": window.state()},
+                )
             if signalled is not None:
                 log.warning("signal %s: saved step %d and stopped; continue with --resume auto", signalled, done)
                 break
@@ -467,9 +551,8 @@ def keep_freed_memory_in_heap() -> bool:
     """Stop glibc from handing large freed blocks back to the OS (CPU only; a process-wide setting).
 
     By default every tensor over 32 MB (the (B·N, V) generator logits and their softmax, gradient and CDF) is
-    a fresh mmap, so each step page-faults and zeroes it again: 20 ms per 37 MB tensor here. Raising the mmap
-    and trim thresholds keeps those pages in the heap for reuse. Measured on the ELECTRA-Small step (batch 16,
-    2 threads): 1441 ms vs 1720 ms per step; the generator head alone 86 ms vs 141 ms. Returns whether applied.
+    a fresh mmap, so each step page-faults and zeroes it again. Raising the mmap and trim thresholds keeps those
+    pages in the heap for reuse (the gain on a CPU step: docs/benchmarks.md). Returns whether applied.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -30,8 +30,9 @@ AUTOCAST_FACTOR = 1.5  # of the all-16-bit activation bytes: under autocast abou
 CUDA_CONTEXT_BYTES = 0.75 * 2**30
 
 
-def estimate_peak_bytes(cfg: PretrainConfig, micro_batch: int, precision: str = "fp32", device_type: str = "cuda"
-                        ) -> float:  # fmt: skip
+def estimate_peak_bytes(
+    cfg: PretrainConfig, micro_batch: int, precision: str = "fp32", device_type: str = "cuda"
+) -> float:
     """Bytes a step of `micro_batch` sequences may peak at (see the module docstring). `precision` is the resolved
     one (fp32, bf16, fp16): "auto" is refused, it means different things on different devices."""
     if precision not in ("fp32", "bf16", "fp16"):

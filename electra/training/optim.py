@@ -28,10 +28,14 @@ def param_groups(model: nn.Module, weight_decay: float, generator_lr_scale: floa
             scaled = generator_lr_scale != 1.0 and name.startswith("generator.")
             groups.setdefault((scaled, not any(key in name for key in NO_DECAY)), []).append(p)
     return [
-        {"params": groups[key], "weight_decay": weight_decay if key[1] else 0.0,
-         "lr_scale": generator_lr_scale if key[0] else 1.0}
-        for key in ((False, True), (False, False), (True, True), (True, False)) if key in groups
-    ]  # fmt: skip
+        {
+            "params": groups[key],
+            "weight_decay": weight_decay if key[1] else 0.0,
+            "lr_scale": generator_lr_scale if key[0] else 1.0,
+        }
+        for key in ((False, True), (False, False), (True, True), (True, False))
+        if key in groups
+    ]
 
 
 class AdamNoBiasCorrection(torch.optim.AdamW):
@@ -44,14 +48,21 @@ class AdamNoBiasCorrection(torch.optim.AdamW):
     Built on PyTorch's AdamW with every parameter's step count held at 2**30: both bias corrections
     1 - beta**step are then exactly 1 (the powers underflow to 0), and the fp32 counter stays there because
     2**30 + 1 rounds back to 2**30. So OFF's update gets PyTorch's fused kernel (one kernel for all tensors on CPU
-    and CUDA; ELECTRA-Small on 2 CPU threads: 14 vs 50 ms per step for the multi-tensor version it replaces,
+    and CUDA, several times faster than the multi-tensor version it replaces:
     docs/benchmarks.md) and the fused kernel's on-device skip of a non-finite step (`step_unless`).
     """
 
     STEP = float(2**30)
 
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
-                 fused: bool | None = None):  # fmt: skip
+    def __init__(
+        self,
+        params,
+        lr: float,
+        betas=(0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        fused: bool | None = None,
+    ):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
         self._hold_step_counts()
 
@@ -100,8 +111,9 @@ def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
         optimizer.step()
 
 
-def clip_and_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, params: list[torch.Tensor],
-                  max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def clip_and_step(
+    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, params: list[torch.Tensor], max_norm: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The end of a training step: unscale (fp16), clip the global gradient norm, update unless that norm is
     non-finite, then clear the gradients. Returns (gradient norm, skipped) as device tensors: no host sync."""
     if scaler is not None:

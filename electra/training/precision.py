@@ -24,11 +24,10 @@ log = logging.getLogger("electra.devices")
 
 BF16_MIN_CUDA_CAPABILITY = (8, 0)  # Ampere: bf16 tensor cores; 7.x emulates bf16 (slower than fp32)
 CPU_BF16_MIN_HIDDEN = 256
-"""`auto` picks bf16 on a CPU with native bf16 only for a discriminator at least this wide. Measured (one thread;
-docs/benchmarks.md): ELECTRA-Small (hidden 256) steps 1.9-2.0x faster in bf16 on an AMX Xeon and 2.4-2.6x on an
-AVX512-BF16 AMD EPYC (Zen 5); `tiny` (hidden 64) 0.74-1.10x on the Xeon (its matmuls are too small for the tiles
-to outweigh autocast's casts) and the `cpu` preset 1.13-1.46x on the EPYC: not a gain to change a measured
-recipe's numerics for (`--precision bf16` takes it)."""
+"""`auto` picks bf16 on a CPU with native bf16 only for a discriminator at least this wide. ELECTRA-Small (hidden
+256) steps clearly faster in bf16 on AMX and AVX512-BF16 CPUs; narrower models gain little or lose (their matmuls
+are too small for the tiles to outweigh autocast's casts): not a gain to change a measured recipe's numerics for
+(`--precision bf16` takes it). The measurements: docs/benchmarks.md, "bf16 on CPU"."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """Linux /proc/cpuinfo flags of native bf16 arithmetic, in the order reported: AMX tiles, AVX-512 dot products."""
 
@@ -53,8 +52,10 @@ def resolve_device(name: str | None, local_rank: int = 0, world: int = 1) -> tor
     if dev.type != "cuda":
         raise DeviceError(f"--device {name}: only cpu, cuda and cuda:N are supported")
     if dev.index is not None and world > 1:
-        raise DeviceError(f"--device {name}: all {world} processes would share GPU {dev.index}; pass --device cuda "
-                          "(each process takes its local rank's GPU)")  # fmt: skip
+        raise DeviceError(
+            f"--device {name}: all {world} processes would share GPU {dev.index}; pass --device cuda "
+            "(each process takes its local rank's GPU)"
+        )
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise DeviceError(f"--device {name}: no CUDA device is visible (torch {torch.__version__}, {build})")
@@ -91,8 +92,14 @@ def cpu_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return "amx_bf16" if probe is not None and probe() else None
 
 
-def choose_precision(asked: str, device_type: str, *, cuda_capability: tuple[int, int] | None = None,
-                     cpu_bf16: str | None = None, hidden_size: int = 0) -> Precision:  # fmt: skip
+def choose_precision(
+    asked: str,
+    device_type: str,
+    *,
+    cuda_capability: tuple[int, int] | None = None,
+    cpu_bf16: str | None = None,
+    hidden_size: int = 0,
+) -> Precision:
     """The precision for `asked` (auto, fp32, bf16, fp16) from the facts about the device: a pure function."""
     if asked != "auto":
         if asked == "fp16" and device_type != "cuda":
@@ -108,8 +115,10 @@ def choose_precision(asked: str, device_type: str, *, cuda_capability: tuple[int
     if cpu_bf16 is None:
         return Precision("fp32", "auto: this CPU has neither AMX-BF16 nor AVX512-BF16 (bf16 would be emulated)")
     if hidden_size < CPU_BF16_MIN_HIDDEN:
-        return Precision("fp32", f"auto: {cpu_bf16} CPU, but hidden size {hidden_size} < {CPU_BF16_MIN_HIDDEN} "
-                                 "gains little from bf16")  # fmt: skip
+        return Precision(
+            "fp32",
+            f"auto: {cpu_bf16} CPU, but hidden size {hidden_size} < {CPU_BF16_MIN_HIDDEN} gains little from bf16",
+        )
     return Precision("bf16", f"auto: {cpu_bf16} CPU and hidden size {hidden_size} >= {CPU_BF16_MIN_HIDDEN}")
 
 

@@ -39,18 +39,30 @@ log = logging.getLogger("electra.checkpoint")
 
 # Settings that may change when a run is resumed: they do not alter what the run computes.
 RESUMABLE_CHANGES = {
-    "data.path", "train.log_every", "train.eval_every", "train.eval_batches", "train.save_every", "train.keep_last",
-    "train.max_nonfinite", "train.collapse_patience", "train.stop_on_collapse", "train.compile",
-    "train.micro_batch_size", "train.max_memory_gb",
+    "data.path",
+    "train.log_every",
+    "train.eval_every",
+    "train.eval_batches",
+    "train.save_every",
+    "train.keep_last",
+    "train.max_nonfinite",
+    "train.collapse_patience",
+    "train.stop_on_collapse",
+    "train.compile",
+    "train.micro_batch_size",
+    "train.max_memory_gb",
     "train.max_steps",  # extending a run is allowed: the schedule then stretches from the resumed step on
-}  # fmt: skip
+}
 
 
 def config_differences(saved: PretrainConfig, current: PretrainConfig) -> list[str]:
     """`key: saved -> current` for every setting that differs and would change what a resumed run computes."""
     a, b = _flatten(to_dict(saved)), _flatten(to_dict(current))
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
-            and k not in RESUMABLE_CHANGES]  # fmt: skip
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES
+    ]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -111,8 +123,9 @@ def trim_metrics(run_dir: Path, step: int) -> int:
     return dropped
 
 
-def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, rank: int, world: int,
-                        loop_state: dict | None = None) -> None:  # fmt: skip
+def save_training_state(
+    run_dir, cfg, model, optimizer, scaler, meta: RunMeta, rank: int, world: int, loop_state: dict | None = None
+) -> None:
     """A complete checkpoint of the training state (rank 0 writes; every rank's RNG state and `loop_state`, e.g.
     the sums of the open log window, are gathered into rng.pt)."""
 
@@ -136,8 +149,11 @@ def save_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, r
 def write_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, states: list) -> None:
     """Rank 0's part of `save_training_state`: the checkpoint folder, the pruning of old ones, run.json."""
     extra = {}
-    for name, obj in (("optimizer.pt", optimizer.state_dict()), ("scaler.pt", scaler.state_dict()),
-                      ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)})):  # fmt: skip
+    for name, obj in (
+        ("optimizer.pt", optimizer.state_dict()),
+        ("scaler.pt", scaler.state_dict()),
+        ("rng.pt", {f"rank{r}": s for r, s in enumerate(states)}),
+    ):
         buf = io.BytesIO()
         torch.save(obj, buf)
         extra[name] = buf.getvalue()
@@ -162,8 +178,13 @@ def check_same_corpus(ckpt: Path, saved: PretrainConfig, cfg: PretrainConfig, di
     if recorded == digests:
         return
     if recorded is None and saved.data.path is not None:
-        log.warning("%s records no corpus digests (written before they were): cannot check that %s is the corpus "
-                    "it was trained on (%s)", ckpt, cfg.data.path, saved.data.path)  # fmt: skip
+        log.warning(
+            "%s records no corpus digests (written before they were): cannot check that %s is the corpus "
+            "it was trained on (%s)",
+            ckpt,
+            cfg.data.path,
+            saved.data.path,
+        )
         return
 
     def named(path, d: dict | None) -> str:
@@ -171,9 +192,11 @@ def check_same_corpus(ckpt: Path, saved: PretrainConfig, cfg: PretrainConfig, di
             return "the built-in synthetic corpus"
         return f"{path} (tokenizer sha256 {d['tokenizer_sha256'][:12]}, tokens {d['tokens_sha256'][:12]})"
 
-    raise CheckpointError(f"{ckpt} was trained on {named(saved.data.path, recorded)}, not on "
-                          f"{named(cfg.data.path, digests)}: refusing to resume on another corpus; give the run's "
-                          "own corpus, or another --out")  # fmt: skip
+    raise CheckpointError(
+        f"{ckpt} was trained on {named(saved.data.path, recorded)}, not on "
+        f"{named(cfg.data.path, digests)}: refusing to resume on another corpus; give the run's "
+        "own corpus, or another --out"
+    )
 
 
 def check_same_resume_step(step: int, run_dir: Path, rank: int, world: int) -> None:
@@ -185,13 +208,23 @@ def check_same_resume_step(step: int, run_dir: Path, rank: int, world: int) -> N
     dist.all_gather_object(steps, (step, socket.gethostname()))
     if len({s for s, _ in steps}) > 1:
         views = ", ".join(f"rank {r} on {host}: step {s}" for r, (s, host) in enumerate(steps))
-        raise CheckpointError(f"the ranks see different checkpoints in {Path(run_dir) / 'checkpoints'} ({views}): "
-                              "a run on several nodes needs the run folder on a filesystem they all share")  # fmt: skip
+        raise CheckpointError(
+            f"the ranks see different checkpoints in {Path(run_dir) / 'checkpoints'} ({views}): "
+            "a run on several nodes needs the run folder on a filesystem they all share"
+        )
 
 
-def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int, world: int,
-                           device: torch.device | str = "cpu", data_digests: dict | None = None,
-                           ) -> tuple[RunMeta, dict | None] | None:  # fmt: skip
+def restore_training_state(
+    path: Path,
+    cfg,
+    model,
+    optimizer,
+    scaler,
+    rank: int,
+    world: int,
+    device: torch.device | str = "cpu",
+    data_digests: dict | None = None,
+) -> tuple[RunMeta, dict | None] | None:
     """Load the newest usable checkpoint of the run folder `path` (or the checkpoint `path`) into model,
     optimizer, scaler and RNG. Every file is checked against SHA256SUMS first; a damaged, edited or unreadable
     checkpoint is skipped with a warning naming the file, and the one before it is tried.
@@ -219,8 +252,11 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
                 f"{ckpt} was written with another config; refusing to resume. Differences: {'; '.join(diff[:6])}"
             )
         if saved.train.max_steps != cfg.train.max_steps:  # said only for a resume that goes ahead
-            log.warning("max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
-                        saved.train.max_steps, cfg.train.max_steps)  # fmt: skip
+            log.warning(
+                "max_steps %d -> %d: the learning-rate schedule changes from the resumed step on",
+                saved.train.max_steps,
+                cfg.train.max_steps,
+            )
         try:
             model.load_state_dict(load_file(ckpt / "model.safetensors"))
             # weights_only: never runs code from a file
@@ -246,8 +282,10 @@ def restore_training_state(path: Path, cfg, model, optimizer, scaler, rank: int,
         log.info("resumed from %s (step %d)", ckpt, meta.step)
         return meta, (state or {}).get("loop")
     if candidates:
-        raise CheckpointError(f"{path}: no usable checkpoint among {len(candidates)}; the newest: {problems[0]}. "
-                              "Restore the files, or start over in another folder")  # fmt: skip
+        raise CheckpointError(
+            f"{path}: no usable checkpoint among {len(candidates)}; the newest: {problems[0]}. "
+            "Restore the files, or start over in another folder"
+        )
     refuse_other_kind_of_folder(path)
     log.warning("%s holds no checkpoint yet: starting a fresh run there", path)
     return None
@@ -266,5 +304,7 @@ def refuse_other_kind_of_folder(path: Path) -> None:
     """Raise CheckpointError when `path` is the folder of a GLUE sweep or a study, not a pretraining run."""
     for name, what in OTHER_FOLDERS.items():
         if (path / name).exists() and not (path / "config.yaml").exists():
-            raise CheckpointError(f"{path} holds {what} ({name}), not a pretraining run: refusing to pretrain "
-                                  "into it; give the run's own folder, or another --out")  # fmt: skip
+            raise CheckpointError(
+                f"{path} holds {what} ({name}), not a pretraining run: refusing to pretrain "
+                "into it; give the run's own folder, or another --out"
+            )

@@ -64,9 +64,17 @@ def model_mask(batch: dict) -> Tensor | None:
     return None if batch.get("no_padding") else batch["attention_mask"]
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-               params: list[Tensor], batches: list[dict[str, Tensor]], masked: list[MaskedBatch], world: int,
-               autocast: contextlib.AbstractContextManager, grad_clip: float) -> StepOutput:  # fmt: skip
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    params: list[Tensor],
+    batches: list[dict[str, Tensor]],
+    masked: list[MaskedBatch],
+    world: int,
+    autocast: contextlib.AbstractContextManager,
+    grad_clip: float,
+) -> StepOutput:
     """Forward and backward over the micro-batches of one step, then clip and update (`electra pretrain` and
     `electra bench` both run exactly this). No host-device sync: a non-finite step is skipped on the device."""
     # the global target counts of this optimizer step, so that every micro-batch's loss is a share of it
@@ -135,8 +143,12 @@ class Window:
         total, in_a_row, backoffs = torch.stack([self.nonfinite, self.streak, self.backoffs]).tolist()
         meta.scaler_backoffs = int(backoffs)
         if total > meta.nonfinite_skipped:
-            log.warning("%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
-                        total - meta.nonfinite_skipped, done, in_a_row)  # fmt: skip
+            log.warning(
+                "%d updates skipped up to step %d: non-finite loss or gradients (%d in a row now)",
+                total - meta.nonfinite_skipped,
+                done,
+                in_a_row,
+            )
         meta.nonfinite_skipped, meta.consecutive_nonfinite = int(total), int(in_a_row)
         if in_a_row >= limit:
             raise NonFiniteError(
@@ -152,10 +164,17 @@ class Window:
             dist.all_reduce(stats)
         metrics = metrics_from_stats(dict(zip(STAT_NAMES, stats.tolist(), strict=True)))
         t, elapsed = cfg.train, time.perf_counter() - self.start
-        row = {"step": done, "lr": lr, "grad_norm": (self.norm_sum / self.updates.clamp(min=1)).item(), **metrics,
-               "tokens_per_s": self.steps * t.batch_size * cfg.data.seq_len / elapsed,
-               "samples": meta.samples, "flops": pretrain_step_flops(cfg, t.batch_size, cfg.data.seq_len) * done,
-               "nonfinite_skipped": meta.nonfinite_skipped, "scaler_backoffs": meta.scaler_backoffs}  # fmt: skip
+        row = {
+            "step": done,
+            "lr": lr,
+            "grad_norm": (self.norm_sum / self.updates.clamp(min=1)).item(),
+            **metrics,
+            "tokens_per_s": self.steps * t.batch_size * cfg.data.seq_len / elapsed,
+            "samples": meta.samples,
+            "flops": pretrain_step_flops(cfg, t.batch_size, cfg.data.seq_len) * done,
+            "nonfinite_skipped": meta.nonfinite_skipped,
+            "scaler_backoffs": meta.scaler_backoffs,
+        }
         self.stats.zero_(), self.norm_sum.zero_(), self.updates.zero_()
         self.steps, self.start = 0, time.perf_counter()
         return row

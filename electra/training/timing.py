@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from electra.config import PretrainConfig, num_mask_slots
+from electra.modeling.convert_hf import hf_config
 from electra.modeling.electra import build_model
 from electra.modeling.masking import mask_tokens
 from electra.training.optim import build_optimizer, clip_and_step, learning_rate, set_learning_rate
@@ -37,8 +38,6 @@ def sync(device: torch.device) -> None:
 def hf_models(cfg: PretrainConfig) -> tuple[nn.Module, nn.Module]:
     """transformers' generator and discriminator sharing the embedding block, generator output tied to it."""
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
-
-    from electra.modeling.convert_hf import hf_config
 
     disc = ElectraForPreTraining(ElectraConfig(**hf_config(cfg.model, "discriminator")))
     gen = ElectraForMaskedLM(ElectraConfig(**hf_config(cfg.model, "generator")))
@@ -128,11 +127,15 @@ def make_pretrain_step(
         example_ids = torch.arange(i * batch_size, (i + 1) * batch_size, device=device)
         if impl == "ours":
             seed, obj = cfg.train.seed, cfg.objective
-            masked = [mask_tokens(b["input_ids"], b["attention_mask"], ids, seed, obj, slots, MASK, special,
-                                   cfg.model.vocab_size)
-                      for b, ids in zip(batches, example_ids.split(micro), strict=True)]  # fmt: skip
-            out = train_step(compiled, opt, scaler, params, batches, masked, 1, autocast_for(dtype, device),
-                             cfg.train.grad_clip)  # fmt: skip
+            masked = [
+                mask_tokens(
+                    b["input_ids"], b["attention_mask"], ids, seed, obj, slots, MASK, special, cfg.model.vocab_size
+                )
+                for b, ids in zip(batches, example_ids.split(micro), strict=True)
+            ]
+            out = train_step(
+                compiled, opt, scaler, params, batches, masked, 1, autocast_for(dtype, device), cfg.train.grad_clip
+            )
             return out.loss
         loss = loss_fn(input_ids, attention_mask, token_type_ids, example_ids)
         scaler.scale(loss).backward()

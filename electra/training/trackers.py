@@ -15,9 +15,15 @@ TRACKERS = ("tensorboard", "wandb")
 """Experiment trackers a run can also log to, beside its metrics.jsonl."""
 
 
-def open_loggers(names: Sequence[str], run_dir: Path, cfg: PretrainConfig | dict, name: str | None = None,
-                 group: str | None = None, tensorboard_dir: Path | None = None,
-                 resumed_at: int | None = None) -> list:  # fmt: skip
+def open_loggers(
+    names: Sequence[str],
+    run_dir: Path,
+    cfg: PretrainConfig | dict,
+    name: str | None = None,
+    group: str | None = None,
+    tensorboard_dir: Path | None = None,
+    resumed_at: int | None = None,
+) -> list:
     """One writer per tracker in `names`: TensorBoard event files in `tensorboard_dir` (default RUN/tensorboard),
     tagged with the metrics' names; a W&B run under RUN/wandb, offline unless WANDB_MODE says otherwise, with `cfg`
     as its config, called `name` (default: the run folder's name) in `group`.
@@ -55,8 +61,11 @@ def check_trackers(names: Sequence[str]) -> None:
 
 def tracked_values(row: dict) -> dict[str, int | float]:
     """What a tracker records of a metrics row: its finite numbers (metrics.jsonl keeps the others, as null)."""
-    return {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v)}  # fmt: skip
+    return {
+        k: v
+        for k, v in row.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 class _TensorBoard:
@@ -81,9 +90,15 @@ class _WandB:
         id_file, run_id = run_dir / "wandb" / "run_id", None
         if resumed_at is not None and id_file.is_file():
             run_id = id_file.read_text().strip() or None
-        self.run = wandb.init(dir=str(run_dir), config=config, name=name, group=group, id=run_id,
-                              resume="allow" if run_id else None,
-                              mode=os.environ.get("WANDB_MODE", "offline"))  # fmt: skip
+        self.run = wandb.init(
+            dir=str(run_dir),
+            config=config,
+            name=name,
+            group=group,
+            id=run_id,
+            resume="allow" if run_id else None,
+            mode=os.environ.get("WANDB_MODE", "offline"),
+        )
         if resumed_at is not None and run_id is None:
             write_atomic(id_file, self.run.id + "\n")
 

@@ -109,8 +109,9 @@ def read_checksums(folder: Path) -> dict[str, str] | None:
     return digests
 
 
-def verify_digests(folder: Path, digests: dict[str, str], required: Iterable[str] = (),
-                   recorded_in: str = CHECKSUMS_FILE) -> None:  # fmt: skip
+def verify_digests(
+    folder: Path, digests: dict[str, str], required: Iterable[str] = (), recorded_in: str = CHECKSUMS_FILE
+) -> None:
     """Raise CorruptFileError naming the first file of `folder` that is missing or whose sha256 differs from
     `digests` (as recorded in `recorded_in`); `required` files must be among the recorded ones."""
     folder = Path(folder)
@@ -122,8 +123,10 @@ def verify_digests(folder: Path, digests: dict[str, str], required: Iterable[str
         if not path.is_file():
             raise CorruptFileError(f"{path}: missing (listed in {folder / recorded_in})")
         if sha256_file(path) != digest:
-            raise CorruptFileError(f"{path}: sha256 differs from the one in {folder / recorded_in}: the file was "
-                                   "changed or damaged after it was written")  # fmt: skip
+            raise CorruptFileError(
+                f"{path}: sha256 differs from the one in {folder / recorded_in}: the file was "
+                "changed or damaged after it was written"
+            )
 
 
 # -- one writer per folder ---------------------------------------------------------------------------------------
@@ -164,8 +167,12 @@ class FolderLock:
             except FileNotFoundError:
                 pass
             os.close(fd)
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "what": self.what,
-              "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "what": self.what,
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         os.ftruncate(fd, 0)
         os.write(fd, (json.dumps(me) + "\n").encode())
         self._fd = fd

@@ -19,8 +19,10 @@ TOK = token_info(vocab_size=1000)
 def toy_corpus(doc_lengths: list[int], line_length: int = 7) -> TokenCorpus:
     """Documents of the given lengths; token values are 10 + position, so every token is unique and findable."""
     doc_offsets = np.concatenate([[0], np.cumsum(doc_lengths)]).astype(np.int64)
-    lines = sorted({int(o) for o in doc_offsets} | {int(s) + k for s, n in zip(doc_offsets[:-1], doc_lengths,
-                   strict=True) for k in range(0, n, line_length)})  # fmt: skip
+    lines = sorted(
+        {int(o) for o in doc_offsets}
+        | {int(s) + k for s, n in zip(doc_offsets[:-1], doc_lengths, strict=True) for k in range(0, n, line_length)}
+    )
     tokens = (10 + np.arange(doc_offsets[-1])).astype(np.uint32)
     return TokenCorpus(tokens=tokens, doc_offsets=doc_offsets, line_offsets=np.array(lines, np.int64))
 

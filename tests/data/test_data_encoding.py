@@ -39,8 +39,10 @@ def tokenizers_under_test(tmp_path_factory):
         with open(SHARED_CORPUS, encoding="utf-8") as f:
             sample = f.read(200_000)
     text.write_text(sample + "\n".join(TRICKY * 5) + "\nThe quick brown fox jumps over the lazy dog.\n" * 50)
-    toks = {kind: Tokenizer.from_file(str(train_tokenizer(kind, 800, [str(text)], folder / kind, False)))
-            for kind in ("bpe", "wordpiece")}  # fmt: skip
+    toks = {
+        kind: Tokenizer.from_file(str(train_tokenizer(kind, 800, [str(text)], folder / kind, False)))
+        for kind in ("bpe", "wordpiece")
+    }
     toks["synthetic"] = Tokenizer.from_str(synthetic_tokenizer_json())
     other = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
     other.normalizer = normalizers.NFKC()
@@ -51,8 +53,10 @@ def tokenizers_under_test(tmp_path_factory):
 
 def _reference(tok: Tokenizer, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
     encs = tok.encode_batch(lines, add_special_tokens=False)
-    return (np.fromiter(itertools.chain.from_iterable(e.ids for e in encs), np.uint32),
-            np.array([len(e.ids) for e in encs]))  # fmt: skip
+    return (
+        np.fromiter(itertools.chain.from_iterable(e.ids for e in encs), np.uint32),
+        np.array([len(e.ids) for e in encs]),
+    )
 
 
 def test_split_modes(tokenizers_under_test):

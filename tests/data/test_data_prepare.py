@@ -145,8 +145,9 @@ TWO_FILES = {
 }
 
 
-@pytest.mark.parametrize("separator, lines_per_document",
-                         [("blank", [2, 1, 1, 1]), ("file", [3, 2]), ("line", [1, 1, 1, 1, 1])])  # fmt: skip
+@pytest.mark.parametrize(
+    "separator, lines_per_document", [("blank", [2, 1, 1, 1]), ("file", [3, 2]), ("line", [1, 1, 1, 1, 1])]
+)
 def test_the_doc_separator_says_where_txt_documents_end(tok_dir, tmp_path, separator, lines_per_document):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -219,23 +220,30 @@ def _parquet(path: Path, columns: dict) -> Path:
         (lambda d: (d / "sub").mkdir() or d / "sub", "folder holds no .txt, .jsonl, .parquet"),
         (lambda d: _write(d / "x.csv", "a,b"), "unsupported input type"),
         (lambda d: _write(d / "bad.jsonl", '{"text": "ok"}\n{"text": \n'), "bad.jsonl:2: not valid JSON"),
-        (lambda d: _write(d / "nt.jsonl", '{"text": "ok"}\n{"body": "x"}\n'),
-         "nt.jsonl:2: expected an object with a string 'text' field"),
-        (lambda d: _write(d / "cut.tar.xz", _tar_xz({"a.txt": os.urandom(60_000)})[:30_000]),
-         "cut.tar.xz: not a readable tar archive, or damaged"),
+        (
+            lambda d: _write(d / "nt.jsonl", '{"text": "ok"}\n{"body": "x"}\n'),
+            "nt.jsonl:2: expected an object with a string 'text' field",
+        ),
+        (
+            lambda d: _write(d / "cut.tar.xz", _tar_xz({"a.txt": os.urandom(60_000)})[:30_000]),
+            "cut.tar.xz: not a readable tar archive, or damaged",
+        ),
         (lambda d: _write(d / "plain.xz", lzma.compress(b"a text, not a tar")), "plain.xz: not a readable tar"),
-        (lambda d: _write(d / "notext.tar.xz", _tar_xz({"README.md": b"# no .txt"})),
-         "notext.tar.xz: archive holds no .txt files"),
+        (
+            lambda d: _write(d / "notext.tar.xz", _tar_xz({"README.md": b"# no .txt"})),
+            "notext.tar.xz: archive holds no .txt files",
+        ),
         (lambda d: _write(d / "bad.parquet", "not parquet"), "bad.parquet: not a readable Parquet file"),
         (lambda d: _parquet(d / "body.parquet", {"body": ["x"]}), "body.parquet: no column 'text' (columns: body)"),
         (lambda d: _write(d / "bad.arrow", "not arrow"), "bad.arrow: not a readable Arrow file"),
     ],
-)  # fmt: skip
+)
 def test_bad_inputs_fail_with_one_line_naming_the_file(tok_dir, tmp_path, capsys, make, message):
     bad = make(tmp_path)
     out = tmp_path / "out"
-    code = cli_main(["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out),
-                     str(bad)])  # fmt: skip
+    code = cli_main(
+        ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out), str(bad)]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err
     assert not out.exists()
@@ -272,8 +280,17 @@ def test_a_full_disk_leaves_no_corrupt_set_and_keeps_the_old_one(tok_dir, inputs
 def test_the_summary_counts_its_workers_in_words():
     from electra.data.prepare import summary
 
-    meta = {"num_documents": 2583, "num_tokens": 12575469, "dtype": "uint16", "bytes": 40.7e6, "elapsed_s": 8.4,
-            "tokens_per_s": 1.49e6, "workers": 1, "empty_documents": 0, "replaced_invalid_utf8": 0}  # fmt: skip
+    meta = {
+        "num_documents": 2583,
+        "num_tokens": 12575469,
+        "dtype": "uint16",
+        "bytes": 40.7e6,
+        "elapsed_s": 8.4,
+        "tokens_per_s": 1.49e6,
+        "workers": 1,
+        "empty_documents": 0,
+        "replaced_invalid_utf8": 0,
+    }
     assert summary(meta, "c").endswith("(1.49M tokens/s, 1 worker)")
     assert summary({**meta, "workers": 2}, "c").endswith("(1.49M tokens/s, 2 workers)")
     assert summary({**meta, "empty_documents": 1}, "c").endswith("1 worker); 1 empty document skipped")
@@ -291,8 +308,10 @@ def english_wordpiece(tmp_path_factory):
 def test_a_corpus_the_tokenizer_cannot_read_is_refused_unless_forced(english_wordpiece, tmp_path, capsys):
     """200,000 CJK characters under an English WordPiece: every token [UNK]. Refused in one line naming the file,
     nothing kept; --allow-unknown-tokens prepares it with the rate in metadata.json and the summary line."""
-    cjk = _write(tmp_path / "cjk.txt", "\n".join("".join(chr(0x4E00 + (i + j) % 20000) for j in range(100))
-                                            for i in range(0, 200_000, 100)) + "\n")  # fmt: skip
+    cjk = _write(
+        tmp_path / "cjk.txt",
+        "\n".join("".join(chr(0x4E00 + (i + j) % 20000) for j in range(100)) for i in range(0, 200_000, 100)) + "\n",
+    )
     out = tmp_path / "cjk"
     args = ["data", "prepare", str(cjk), "--tokenizer", str(english_wordpiece), "--out", str(out), "--quiet"]
     assert cli_main(args) == 2
@@ -314,8 +333,23 @@ def test_english_under_an_english_tokenizer_has_a_low_unknown_rate(english_wordp
 
 def test_a_wordpiece_larger_than_asked_says_why(tmp_path, capsys):
     text = _write(tmp_path / "cjk.txt", "".join(chr(0x4E00 + i) for i in range(400)) + "\n" + ENGLISH[0] + "\n")
-    assert cli_main(["tokenizer", "train", str(text), "--kind", "wordpiece", "--vocab-size", "300",
-                     "--out", str(tmp_path / "wp"), "--quiet"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "tokenizer",
+                "train",
+                str(text),
+                "--kind",
+                "wordpiece",
+                "--vocab-size",
+                "300",
+                "--out",
+                str(tmp_path / "wp"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     size = len(json.loads((tmp_path / "wp" / "tokenizer.json").read_text())["model"]["vocab"])
     assert size > 400 and f"({size} tokens)" in out  # 400 CJK characters, each a word of its own

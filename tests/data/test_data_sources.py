@@ -67,8 +67,10 @@ def _openwebtext(folder: Path, docs: list[list[str]], num_subsets: int = 3) -> P
     bounds = np.linspace(0, len(docs), num_subsets + 1).astype(int)
     subsets = []
     for m in range(num_subsets):
-        files = [(f"{m:02d}{i:05d}-{len(doc)}.txt", ("\n\n".join(doc) + "\n").encode())
-                 for i, doc in enumerate(docs[bounds[m] : bounds[m + 1]])]  # fmt: skip
+        files = [
+            (f"{m:02d}{i:05d}-{len(doc)}.txt", ("\n\n".join(doc) + "\n").encode())
+            for i, doc in enumerate(docs[bounds[m] : bounds[m + 1]])
+        ]
         name = f"openwebtext/urlsf_subset00-{m + 1}_data.xz"
         subsets.append((name, _tar(files)))
         (folder / name).write_bytes(subsets[-1][1])
@@ -186,8 +188,11 @@ def test_text_column_split_and_missing_values(tmp_path):
     for path in (tmp_path / "dict", tmp_path / "train.parquet"):
         docs, stats = read(path, text_column="body")
         assert docs == [["a b", "c"], ["d"]] and stats.empty_documents == 2  # a null is an empty document
-        size = sum(p.stat().st_size for p in (tmp_path / "dict" / "train").glob("*.arrow")) if path.is_dir() else \
-            path.stat().st_size  # fmt: skip
+        size = (
+            sum(p.stat().st_size for p in (tmp_path / "dict" / "train").glob("*.arrow"))
+            if path.is_dir()
+            else path.stat().st_size
+        )
         assert stats.input_bytes == size  # the progress bar ends at the input's size
         with pytest.raises(ValueError, match=r"no column 'text' \(columns: body, n\); choose one with --text-column"):
             read(path)
@@ -202,8 +207,9 @@ def test_the_text_column_and_split_are_part_of_the_source_key(tok_dir, tmp_path)
     import datasets
 
     rows = {"body": ["One document.\nTwo lines.", "Another document."], "text": ["Other words.", "Here."]}
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows), "validation": datasets.Dataset.from_dict(rows)}
-                         ).save_to_disk(str(tmp_path / "dict"))  # fmt: skip
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(rows), "validation": datasets.Dataset.from_dict(rows)}
+    ).save_to_disk(str(tmp_path / "dict"))
     out, inputs = tmp_path / "out", [str(tmp_path / "dict")]
     first = prepare(inputs, tok_dir, out, workers=1, show_progress=False, read_options=ReadOptions(text_column="body"))
     assert first["read_options"] == {"doc_separator": "blank", "text_column": "body", "split": "train"}

@@ -107,8 +107,9 @@ def test_open_pretraining_data_without_a_path_gives_the_synthetic_corpus(builder
     n_real = batch["attention_mask"].sum(1)
     assert (batch["input_ids"][np.arange(32), n_real - 1] == 3).all()  # the last real token is [SEP]
     assert (batch["input_ids"][batch["attention_mask"] == 0] == 0).all()
-    np.testing.assert_array_equal(data.eval.examples(np.arange(4))["input_ids"],
-                                  data.eval.examples(np.arange(4))["input_ids"])  # fmt: skip
+    np.testing.assert_array_equal(
+        data.eval.examples(np.arange(4))["input_ids"], data.eval.examples(np.arange(4))["input_ids"]
+    )
 
 
 def test_synthetic_tasks_follow_the_custom_task_schema(tmp_path):

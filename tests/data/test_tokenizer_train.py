@@ -32,8 +32,10 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("tok")
-    return {kind: train_tokenizer(kind, 400, [str(corpus)], out / kind, show_progress=False).parent
-            for kind in ("bpe", "wordpiece")}  # fmt: skip
+    return {
+        kind: train_tokenizer(kind, 400, [str(corpus)], out / kind, show_progress=False).parent
+        for kind in ("bpe", "wordpiece")
+    }
 
 
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
@@ -72,8 +74,23 @@ def test_wordpiece_is_uncased_and_bpe_is_cased(trained):
 
 def test_cli_trains_and_writes_tokenizer_json(corpus, tmp_path, capsys):
     out = tmp_path / "cli_tok"
-    assert cli_main(["tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "350", "--quiet",
-                     "--out", str(out), str(corpus / "a.txt")]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "tokenizer",
+                "train",
+                "--kind",
+                "wordpiece",
+                "--vocab-size",
+                "350",
+                "--quiet",
+                "--out",
+                str(out),
+                str(corpus / "a.txt"),
+            ]
+        )
+        == 0
+    )
     assert (out / "tokenizer.json").exists()
     assert "tokenizer.json" in capsys.readouterr().out
     assert tokenizer_info(out).vocab_size <= 350
@@ -125,8 +142,10 @@ def test_archive_and_parquet_routes_feed_the_trainer_the_same_text(tmp_path):
     tokenizers = {}
     for name in ("docs.txt", "owt.tar.xz", "docs.parquet"):
         out = tmp_path / f"tok_{name}"
-        assert cli_main(["tokenizer", "train", "--vocab-size", "350", "--quiet", "--out", str(out),
-                         str(tmp_path / name)]) == 0  # fmt: skip
+        assert (
+            cli_main(["tokenizer", "train", "--vocab-size", "350", "--quiet", "--out", str(out), str(tmp_path / name)])
+            == 0
+        )
         tokenizers[name] = (out / "tokenizer.json").read_text()
     assert tokenizers["owt.tar.xz"] == tokenizers["docs.txt"] == tokenizers["docs.parquet"]
     assert len(json.loads(tokenizers["docs.txt"])["model"]["vocab"]) == 350

@@ -55,7 +55,7 @@ HUB = {
     "qnli": ("question", "sentence", ["entailment", "not_entailment"], None),
     "rte": ("sentence1", "sentence2", ["entailment", "not_entailment"], None),
     "wnli": ("sentence1", "sentence2", ["not_entailment", "entailment"], {"0": "not_entailment", "1": "entailment"}),
-}  # fmt: skip
+}
 
 
 def test_hub_schema_gives_the_same_examples_and_label_ids(glue):
@@ -88,11 +88,17 @@ def test_hub_schema_gives_the_same_examples_and_label_ids(glue):
             assert [e.index for e in hub] == [e.index for e in tsv]
         test = datasets.Dataset.from_dict({**columns, "label": [-1] * len(tsv)}, features=ds.features)
         assert all(e.label is None for e in examples_from_hub(task, test, labelled=False))
-    wrong = datasets.Dataset.from_dict({"sentence1": ["a ."], "sentence2": ["b ."], "label": [0], "idx": [0]},
-                                       features=datasets.Features({"sentence1": datasets.Value("string"),
-                                                                   "sentence2": datasets.Value("string"),
-                                                                   "label": datasets.ClassLabel(names=["no", "yes"]),
-                                                                   "idx": datasets.Value("int32")}))  # fmt: skip
+    wrong = datasets.Dataset.from_dict(
+        {"sentence1": ["a ."], "sentence2": ["b ."], "label": [0], "idx": [0]},
+        features=datasets.Features(
+            {
+                "sentence1": datasets.Value("string"),
+                "sentence2": datasets.Value("string"),
+                "label": datasets.ClassLabel(names=["no", "yes"]),
+                "idx": datasets.Value("int32"),
+            }
+        ),
+    )
     with pytest.raises(ValueError, match="label names"):
         examples_from_hub(TASKS["rte"], wrong)
 
@@ -118,7 +124,7 @@ def _corrupt(glue, tmp_path, file: str, line: int, text: str):
         ("STS-B/dev.tsv", 4, "2\tg\tf\ty\t0\tn\tn\ta .\tb .\thigh", r"STS-B/dev.tsv:4: label 'high' is not a number"),
         ("MRPC/train.tsv", 1, "\ufeffLabel\t#1 ID\t#2 ID\t#1 String\t#2 String", r"MRPC/train.tsv:1: no column 'Qual"),
     ],
-)  # fmt: skip
+)
 def test_malformed_rows_name_file_and_line(glue, tmp_path, file, line, text, message):
     root = _corrupt(glue, tmp_path, file, line, text)
     name = {"RTE": "rte", "SST-2": "sst2", "CoLA": "cola", "STS-B": "stsb", "MRPC": "mrpc"}[file.split("/")[0]]
@@ -160,8 +166,12 @@ def test_custom_task_folder(tmp_path, glue):
     assert (data.n_train, data.n_eval, len(data.test["test.tsv"])) == (64, 32, 8)
     assert [e.label for e in data.train[:4]] == [0, 1, 0, 1]
     spec = json.loads((folder / "task.json").read_text())
-    for change, message in [({"name": "rte"}, "not a GLUE task name"), ({"metrics": ["pearson"]}, "do not fit"),
-                            ({"main_metric": "f1"}, "main_metric"), ({"extra": 1}, "unknown keys")]:  # fmt: skip
+    for change, message in [
+        ({"name": "rte"}, "not a GLUE task name"),
+        ({"metrics": ["pearson"]}, "do not fit"),
+        ({"main_metric": "f1"}, "main_metric"),
+        ({"extra": 1}, "unknown keys"),
+    ]:
         (folder / "task.json").write_text(json.dumps({**spec, **change}))
         with pytest.raises(ValueError, match=message):
             resolve_tasks(str(folder), None)
@@ -180,16 +190,29 @@ def test_task_behaviour_is_data_and_custom_tasks_may_set_it(tmp_path):
     assert {n: t.also_predict for n, t in TASKS.items() if t.also_predict} == {"mnli": ("ax",)}
     folder = tmp_path / "similar"
     folder.mkdir()
-    spec = {"name": "similar", "text_a": "a", "text_b": "b", "label": "score", "labels": None,
-            "metrics": ["pearson"], "main_metric": "pearson", "epochs": 1,
-            "unordered": True, "target_scale": 4, "prediction_range": [0, 4]}  # fmt: skip
+    spec = {
+        "name": "similar",
+        "text_a": "a",
+        "text_b": "b",
+        "label": "score",
+        "labels": None,
+        "metrics": ["pearson"],
+        "main_metric": "pearson",
+        "epochs": 1,
+        "unordered": True,
+        "target_scale": 4,
+        "prediction_range": [0, 4],
+    }
     (folder / "task.json").write_text(json.dumps(spec))
     task = load_custom_task(folder)
     assert (task.unordered, task.target_scale, task.prediction_range) == (True, 4.0, (0.0, 4.0))
-    bad = [({"unordered": "yes"}, "unordered must be true or false"), ({"text_b": None}, "unordered needs a pair task"),
-           ({"labels": ["0", "1"], "metrics": ["accuracy"], "main_metric": "accuracy"}, "for regression tasks"),
-           ({"target_scale": 0}, "target_scale must be a positive number"),
-           ({"prediction_range": [4, 0]}, "prediction_range must be \\[low, high\\]")]  # fmt: skip
+    bad = [
+        ({"unordered": "yes"}, "unordered must be true or false"),
+        ({"text_b": None}, "unordered needs a pair task"),
+        ({"labels": ["0", "1"], "metrics": ["accuracy"], "main_metric": "accuracy"}, "for regression tasks"),
+        ({"target_scale": 0}, "target_scale must be a positive number"),
+        ({"prediction_range": [4, 0]}, "prediction_range must be \\[low, high\\]"),
+    ]
     for change, message in bad:
         (folder / "task.json").write_text(json.dumps({**spec, **change}))
         with pytest.raises(ValueError, match=f"task.json:1: .*{message}"):
@@ -202,8 +225,11 @@ def test_real_glue_files():
     assert [s.task.name for s in specs] == ["sst2", "mrpc", "rte", "wnli"]
     assert skipped == ["cola", "stsb", "qqp", "mnli", "qnli"]  # QNLI: dev and test only
     counts = {s.task.name: load_task(s, with_test=True) for s in specs if s.task.name != "sst2"}
-    assert {k: (d.n_train, d.n_eval) for k, d in counts.items()} == {"mrpc": (3668, 408), "rte": (2490, 277),
-                                                                     "wnli": (635, 71)}  # fmt: skip
+    assert {k: (d.n_train, d.n_eval) for k, d in counts.items()} == {
+        "mrpc": (3668, 408),
+        "rte": (2490, 277),
+        "wnli": (635, 71),
+    }
     assert sum(e.label == 0 for e in counts["rte"].dev[""]) == 146  # entailment (PROVENANCE: 146 / 131)
     assert sum(e.label == 1 for e in counts["wnli"].dev[""]) == 31
     assert len(counts["mrpc"].test["MRPC.tsv"]) == 1725 and counts["mrpc"].test["MRPC.tsv"][-1].index == "1724"

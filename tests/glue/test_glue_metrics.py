@@ -40,8 +40,16 @@ PUBLISHED_ROWS = {  # CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE -> the stated 8-ta
     "richarddwang": ([58.72, 88.03, 86.04, 86.16, 88.63, 80.4, 87.45, 67.46], 80.36),
     "1:1 generator": ([51.04, 85.21, 83.58, 84.79, 87.16, 75.01, 84.79, 66.06], 77.2),
 }
-PAPER_METRICS = [("cola", "mcc"), ("sst2", "accuracy"), ("mrpc", "accuracy"), ("stsb", "spearman"),
-                 ("qqp", "accuracy"), ("mnli", "accuracy_m"), ("qnli", "accuracy"), ("rte", "accuracy")]  # fmt: skip
+PAPER_METRICS = [
+    ("cola", "mcc"),
+    ("sst2", "accuracy"),
+    ("mrpc", "accuracy"),
+    ("stsb", "spearman"),
+    ("qqp", "accuracy"),
+    ("mnli", "accuracy_m"),
+    ("qnli", "accuracy"),
+    ("rte", "accuracy"),
+]
 
 
 @pytest.mark.parametrize("source", list(PUBLISHED_ROWS))
@@ -70,10 +78,17 @@ def test_study_score_of_the_rc_row():
 
 
 def test_glue_score_averages_two_metric_tasks_first_and_includes_wnli():
-    values = {"cola": {"mcc": 50.0}, "sst2": {"accuracy": 90.0}, "mrpc": {"f1": 90.0, "accuracy": 86.0},
-              "stsb": {"pearson": 88.0, "spearman": 87.0}, "qqp": {"f1": 70.0, "accuracy": 88.0},
-              "mnli": {"accuracy_m": 80.0, "accuracy_mm": 81.0}, "qnli": {"accuracy": 88.0},
-              "rte": {"accuracy": 66.0}, "wnli": {"accuracy": 56.0}}  # fmt: skip
+    values = {
+        "cola": {"mcc": 50.0},
+        "sst2": {"accuracy": 90.0},
+        "mrpc": {"f1": 90.0, "accuracy": 86.0},
+        "stsb": {"pearson": 88.0, "spearman": 87.0},
+        "qqp": {"f1": 70.0, "accuracy": 88.0},
+        "mnli": {"accuracy_m": 80.0, "accuracy_mm": 81.0},
+        "qnli": {"accuracy": 88.0},
+        "rte": {"accuracy": 66.0},
+        "wnli": {"accuracy": 56.0},
+    }
     expected = (50 + 90 + (90 + 86) / 2 + (88 + 87) / 2 + (70 + 88) / 2 + (80 + 81) / 2 + 88 + 66 + 56) / 9
     agg = aggregate(values, "glue")
     assert agg.score == pytest.approx(expected) and agg.parts["mnli"] == 80.5
@@ -83,10 +98,23 @@ def test_glue_score_averages_two_metric_tasks_first_and_includes_wnli():
 
 
 def _record(task, seed, metrics, extra=None, at_chance=False):
-    chance = {"at_chance": at_chance, "metric": "accuracy", "value": 50.0, "baseline": 50.0, "margin": 5.0,
-              "constant": False}  # fmt: skip
-    return {"task": task, "seed": seed, "metrics": metrics, "extra_metrics": extra or {}, "n_train": 100,
-            "n_eval": 20, "chance": chance}  # fmt: skip
+    chance = {
+        "at_chance": at_chance,
+        "metric": "accuracy",
+        "value": 50.0,
+        "baseline": 50.0,
+        "margin": 5.0,
+        "constant": False,
+    }
+    return {
+        "task": task,
+        "seed": seed,
+        "metrics": metrics,
+        "extra_metrics": extra or {},
+        "n_train": 100,
+        "n_eval": 20,
+        "chance": chance,
+    }
 
 
 def test_summary_statistics_and_interface():
@@ -98,13 +126,31 @@ def test_summary_statistics_and_interface():
     public = {k: v for k, v in s.items() if not k.startswith("_")}
     assert set(public) == {"tasks", "scores", "missing"}
     assert list(s["tasks"]) == ["mnli", "rte", "syn-agree"]  # GLUE order, then custom tasks
-    assert s["tasks"]["rte"] == {"n_train": 100, "n_eval": 20, "metrics": {"accuracy": {
-        "median": 63.5, "mean": 64.5, "std": pytest.approx(float(np.std(rte, ddof=1))), "min": 61.0, "max": 70.0,
-        "n": 4}}, "chance": {"metric": "accuracy", "baseline": 50.0, "margin": 5.0, "seeds_at_chance": 0, "n": 4},
-        "seconds": 0.0}  # fmt: skip
+    assert s["tasks"]["rte"] == {
+        "n_train": 100,
+        "n_eval": 20,
+        "metrics": {
+            "accuracy": {
+                "median": 63.5,
+                "mean": 64.5,
+                "std": pytest.approx(float(np.std(rte, ddof=1))),
+                "min": 61.0,
+                "max": 70.0,
+                "n": 4,
+            }
+        },
+        "chance": {"metric": "accuracy", "baseline": 50.0, "margin": 5.0, "seeds_at_chance": 0, "n": 4},
+        "seconds": 0.0,
+    }
     assert s["tasks"]["syn-agree"]["chance"]["seeds_at_chance"] == 1  # the figures draw the line, the verdicts read it
-    assert s["tasks"]["mnli"]["metrics"]["accuracy_mm"] == {"median": 82.0, "mean": 82.0, "std": 0.0, "min": 82.0,
-                                                           "max": 82.0, "n": 1}  # fmt: skip
+    assert s["tasks"]["mnli"]["metrics"]["accuracy_mm"] == {
+        "median": 82.0,
+        "mean": 82.0,
+        "std": 0.0,
+        "min": 82.0,
+        "max": 82.0,
+        "n": 1,
+    }
     assert s["scores"] == {"paper": None, "glue": None, "study": None}
     assert s["missing"] == ["cola", "sst2", "mrpc", "stsb", "qqp", "qnli", "wnli"]  # the custom task is no GLUE task
     assert s["_aggregates"]["study"].parts["mnli"] == 81.0 and "syn-agree" not in s["_aggregates"]["glue"].parts

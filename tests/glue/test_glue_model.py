@@ -27,8 +27,11 @@ def _model(head: str, num_outputs: int = 2, **sizes) -> GlueModel:
 
 def _batch(tmp_path):
     tok = make_tokenizer(tmp_path / "tok")
-    ex = [Example("the film was wonderful .", "a dog ?", 1, "0"), Example("cat .", None, 0, "1"),
-          Example("a man and a woman in the city at night .", "the river .", 0, "2")]  # fmt: skip
+    ex = [
+        Example("the film was wonderful .", "a dog ?", 1, "0"),
+        Example("cat .", None, 0, "1"),
+        Example("a man and a woman in the city at night .", "the river .", 0, "2"),
+    ]
     f = encode(ex, tok, 64)
     return f, collate(f, np.arange(len(ex)))
 
@@ -109,14 +112,20 @@ def test_depth_conventions_for_electra_small():
     """L = 12, d = 0.8: the paper's intent, OFF's code (google-research/electra#51), the study."""
     rates = {}
     for c in ("paper", "original", "study"):
-        rates[c] = {part: 0.8 ** depth_exponent(name, 12, c) for part, name in [
-            ("head", "classifier.out_proj.weight"), ("top", "electra.encoder.layer.11.output.dense.weight"),
-            ("layer0", "electra.encoder.layer.0.output.dense.weight"),
-            ("emb", "electra.embeddings.word_embeddings.weight"),
-            ("proj", "electra.embeddings_project.weight")]}  # fmt: skip
+        rates[c] = {
+            part: 0.8 ** depth_exponent(name, 12, c)
+            for part, name in [
+                ("head", "classifier.out_proj.weight"),
+                ("top", "electra.encoder.layer.11.output.dense.weight"),
+                ("layer0", "electra.encoder.layer.0.output.dense.weight"),
+                ("emb", "electra.embeddings.word_embeddings.weight"),
+                ("proj", "electra.embeddings_project.weight"),
+            ]
+        }
     assert rates["paper"] == pytest.approx({"head": 1, "top": 0.8, "layer0": 0.8**12, "emb": 0.8**13, "proj": 0.8**13})
-    assert rates["original"] == pytest.approx({"head": 1, "top": 0.64, "layer0": 0.8**13, "emb": 0.8**14,
-                                               "proj": 0.8**14})  # fmt: skip
+    assert rates["original"] == pytest.approx(
+        {"head": 1, "top": 0.64, "layer0": 0.8**13, "emb": 0.8**14, "proj": 0.8**14}
+    )
     assert rates["study"] == pytest.approx({"head": 1, "top": 1, "layer0": 0.8**11, "emb": 0.8**11, "proj": 0.8**11})
 
 
@@ -179,8 +188,10 @@ def test_finetuning_learns_a_learnable_task(tmp_path, run):
     assert first["metrics"]["accuracy"] >= 90 and first["metrics"]["mcc"] >= 80, first["metrics"]
     assert not first["chance"]["at_chance"] and first["loss_end"] < 0.5 * first["loss_start"]
     short = FinetuneConfig(lr=2e-3, batch_size=16, epochs=8, max_steps=5)
-    again = [finetune(prep, pre, short, seed=3, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
-             for _ in range(2)]  # fmt: skip
+    again = [
+        finetune(prep, pre, short, seed=3, device=torch.device("cpu"), run_dir=tmp_path, progress=False)
+        for _ in range(2)
+    ]
     assert again[0]["steps"] == 5 and again[0]["metrics"] == again[1]["metrics"]
     assert again[0]["loss_end"] == again[1]["loss_end"]
 
@@ -204,8 +215,9 @@ def test_fine_tuning_turns_tf32_on_for_its_device_as_pretraining_does(tmp_path, 
     specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
     pre = load_pretrained(str(run))
     cfg = FinetuneConfig(max_steps=1, batch_size=8, tf32=False)  # finetune.tf32 reaches enable_tf32
-    record = finetune(prepare(load_task(specs[0]), pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path,
-                      False)  # fmt: skip
+    record = finetune(
+        prepare(load_task(specs[0]), pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path, False
+    )
     assert asked == [(torch.device("cpu"), False)]
     assert record["tf32"] is False and record["precision"] == "fp32" and record["precision_reason"] == "asked for"
 
@@ -249,8 +261,10 @@ def test_starting_points_give_the_same_model_and_the_same_run(tmp_path, run):
     specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
     cfg_ft = FinetuneConfig(max_steps=4, batch_size=8)
     data = load_task(specs[0])
-    results = [finetune(prepare(data, pre.tokenizer, cfg_ft), pre, cfg_ft, 0, torch.device("cpu"), tmp_path, False)
-               for pre in loaded]  # fmt: skip
+    results = [
+        finetune(prepare(data, pre.tokenizer, cfg_ft), pre, cfg_ft, 0, torch.device("cpu"), tmp_path, False)
+        for pre in loaded
+    ]
     assert all(r["metrics"] == results[0]["metrics"] and r["loss_end"] == results[0]["loss_end"] for r in results)
 
 

@@ -21,24 +21,88 @@ from tests.helpers import glue_model_config
 
 # Each recipe's values, written out (docs/glue.md has the table and the OFF lines behind each value).
 RECIPES = {
-    "off": dict(head="cls-linear", head_init="glorot_uniform", optimizer="adam", lr=3e-4, schedule="original",
-                warmup_fraction=0.1, layer_decay=0.8, depth_convention="original", weight_decay=0.01,
-                decay_norm_and_bias=False, batch_size=32, epochs=None, grad_clip=1.0, loss_reduction="sum",
-                max_length=128, scale_targets=True, swap_pairs=True, precision="fp32"),
-    "paper": dict(head="cls-linear", head_init="normal", optimizer="adamw", lr=3e-4, schedule="study",
-                  warmup_fraction=0.1, layer_decay=0.8, depth_convention="paper", weight_decay=0.01,
-                  decay_norm_and_bias=False, batch_size=32, epochs=None, grad_clip=1.0, loss_reduction="mean",
-                  max_length=128, scale_targets=True, swap_pairs=False, precision="auto"),
-    "study": dict(head="mean-mlp", head_init="normal", optimizer="adamw", lr=3e-4, schedule="study",
-                  warmup_fraction=0.1, layer_decay=0.8, depth_convention="study", weight_decay=0.01,
-                  decay_norm_and_bias=False, batch_size=32, epochs=None, grad_clip=1.0, loss_reduction="mean",
-                  max_length=128, scale_targets=False, swap_pairs=False, precision="auto"),
+    "off": dict(
+        head="cls-linear",
+        head_init="glorot_uniform",
+        optimizer="adam",
+        lr=3e-4,
+        schedule="original",
+        warmup_fraction=0.1,
+        layer_decay=0.8,
+        depth_convention="original",
+        weight_decay=0.01,
+        decay_norm_and_bias=False,
+        batch_size=32,
+        epochs=None,
+        grad_clip=1.0,
+        loss_reduction="sum",
+        max_length=128,
+        scale_targets=True,
+        swap_pairs=True,
+        precision="fp32",
+    ),
+    "paper": dict(
+        head="cls-linear",
+        head_init="normal",
+        optimizer="adamw",
+        lr=3e-4,
+        schedule="study",
+        warmup_fraction=0.1,
+        layer_decay=0.8,
+        depth_convention="paper",
+        weight_decay=0.01,
+        decay_norm_and_bias=False,
+        batch_size=32,
+        epochs=None,
+        grad_clip=1.0,
+        loss_reduction="mean",
+        max_length=128,
+        scale_targets=True,
+        swap_pairs=False,
+        precision="auto",
+    ),
+    "study": dict(
+        head="mean-mlp",
+        head_init="normal",
+        optimizer="adamw",
+        lr=3e-4,
+        schedule="study",
+        warmup_fraction=0.1,
+        layer_decay=0.8,
+        depth_convention="study",
+        weight_decay=0.01,
+        decay_norm_and_bias=False,
+        batch_size=32,
+        epochs=None,
+        grad_clip=1.0,
+        loss_reduction="mean",
+        max_length=128,
+        scale_targets=False,
+        swap_pairs=False,
+        precision="auto",
+    ),
     # ours, for the `cpu` preset's 2-layer bodies: OFF's recipe at lr 1e-3 (docs/glue.md)
-    "cpu": dict(head="cls-linear", head_init="glorot_uniform", optimizer="adam", lr=1e-3, schedule="original",
-                warmup_fraction=0.1, layer_decay=0.8, depth_convention="original", weight_decay=0.01,
-                decay_norm_and_bias=False, batch_size=32, epochs=None, grad_clip=1.0, loss_reduction="sum",
-                max_length=128, scale_targets=True, swap_pairs=True, precision="fp32"),
-}  # fmt: skip
+    "cpu": dict(
+        head="cls-linear",
+        head_init="glorot_uniform",
+        optimizer="adam",
+        lr=1e-3,
+        schedule="original",
+        warmup_fraction=0.1,
+        layer_decay=0.8,
+        depth_convention="original",
+        weight_decay=0.01,
+        decay_norm_and_bias=False,
+        batch_size=32,
+        epochs=None,
+        grad_clip=1.0,
+        loss_reduction="sum",
+        max_length=128,
+        scale_targets=True,
+        swap_pairs=True,
+        precision="fp32",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -125,8 +189,12 @@ def test_off_update_matches_the_hand_computed_formula():
     ids = torch.randint(5, mcfg.vocab_size, (4, 12))
     mask = torch.ones_like(ids)
     mask[1, 8:] = 0
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(12) >= 6).long().expand(4, 12),
-             "labels": torch.tensor([0, 1, 1, 0])}  # fmt: skip
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": (torch.arange(12) >= 6).long().expand(4, 12),
+        "labels": torch.tensor([0, 1, 1, 0]),
+    }
     names = [n for n, _ in model.named_parameters()]
     params = [p for _, p in model.named_parameters()]
     initial = {n: p.detach().clone() for n, p in zip(names, params, strict=True)}

@@ -21,13 +21,28 @@ from tests.helpers import SHARED_DATA, run_python
 # TSV label column, the ClassLabel names in id order, TSV label string -> ClassLabel name)
 HUB = {
     "sst2": ("SST-2", {"sentence": "sentence"}, "label", ["negative", "positive"], {"0": "negative", "1": "positive"}),
-    "mrpc": ("MRPC", {"#1 String": "sentence1", "#2 String": "sentence2"}, "Quality",
-             ["not_equivalent", "equivalent"], {"0": "not_equivalent", "1": "equivalent"}),
-    "rte": ("RTE", {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", ["entailment", "not_entailment"],
-            {"entailment": "entailment", "not_entailment": "not_entailment"}),
-    "wnli": ("WNLI", {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", ["not_entailment", "entailment"],
-             {"0": "not_entailment", "1": "entailment"}),
-}  # fmt: skip
+    "mrpc": (
+        "MRPC",
+        {"#1 String": "sentence1", "#2 String": "sentence2"},
+        "Quality",
+        ["not_equivalent", "equivalent"],
+        {"0": "not_equivalent", "1": "equivalent"},
+    ),
+    "rte": (
+        "RTE",
+        {"sentence1": "sentence1", "sentence2": "sentence2"},
+        "label",
+        ["entailment", "not_entailment"],
+        {"entailment": "entailment", "not_entailment": "not_entailment"},
+    ),
+    "wnli": (
+        "WNLI",
+        {"sentence1": "sentence1", "sentence2": "sentence2"},
+        "label",
+        ["not_entailment", "entailment"],
+        {"0": "not_entailment", "1": "entailment"},
+    ),
+}
 SPLITS = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
 
 
@@ -80,7 +95,10 @@ def examples(glue_dir: Path | None) -> dict[str, dict]:
 def test_datasets_folders_and_parquet_files_give_the_examples_of_the_tsvs(routes):
     reference = examples(routes["tsv"])
     assert {t: {k: len(v) for k, v in splits.items()} for t, splits in reference.items()}["rte"] == {
-        "train": 2490, "dev": 277, "RTE.tsv": 3000}  # fmt: skip
+        "train": 2490,
+        "dev": 277,
+        "RTE.tsv": 3000,
+    }
     for layout in ("datasets", "parquet"):
         specs, _ = resolve_tasks(list(HUB), routes[layout])
         assert {s.layout for s in specs} == {layout}
@@ -97,13 +115,22 @@ def test_the_hub_dataset_from_the_offline_cache_gives_the_examples_of_the_tsvs(r
     cache = tmp_path / "hf" / "datasets"
     for config in HUB:
         files = {s: [str(routes["parquet"] / config / f"{s}-00000-of-00001.parquet")] for s in SPLITS}
-        builder = Parquet(cache_dir=str(tmp_path / "build"), dataset_name="glue", config_name=config,
-                          hash="0123456789abcdef", data_files=files)  # fmt: skip
+        builder = Parquet(
+            cache_dir=str(tmp_path / "build"),
+            dataset_name="glue",
+            config_name=config,
+            hash="0123456789abcdef",
+            data_files=files,
+        )
         builder.download_and_prepare()
         (built,) = (tmp_path / "build" / "glue").glob(f"{config}-*")  # named after its data files; the hub's: CONFIG
         shutil.move(built, cache / "nyu-mll___glue" / config)
-    env = {"HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
+    env = {
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_DATASETS_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     # one process: the examples of the four tasks, then `electra glue` on a config the cache lacks
     args = ["glue", "--model", str(tmp_path), "--tasks", "cola", "--out", str(tmp_path / "out"), "--seeds", "1"]
     script = (

@@ -7,18 +7,38 @@ from electra.glue.report import summarize
 from electra.glue.sweep import summary_line, summary_lines
 from electra.glue.tasks import GLUE_TASKS, TASKS
 
-METRICS = {"cola": ["mcc"], "sst2": ["accuracy"], "mrpc": ["f1", "accuracy"], "stsb": ["pearson", "spearman"],
-           "qqp": ["f1", "accuracy"], "mnli": ["accuracy_m", "accuracy_mm"], "qnli": ["accuracy"],
-           "rte": ["accuracy"], "wnli": ["accuracy"]}  # fmt: skip
+METRICS = {
+    "cola": ["mcc"],
+    "sst2": ["accuracy"],
+    "mrpc": ["f1", "accuracy"],
+    "stsb": ["pearson", "spearman"],
+    "qqp": ["f1", "accuracy"],
+    "mnli": ["accuracy_m", "accuracy_mm"],
+    "qnli": ["accuracy"],
+    "rte": ["accuracy"],
+    "wnli": ["accuracy"],
+}
 
 
 def record(task: str, seed: int, value: float, at_chance: bool = False, main_metric: str | None = None) -> dict:
-    chance = {"at_chance": at_chance, "metric": "accuracy", "value": 50.0, "baseline": 50.0, "margin": 5.0,
-              "constant": False}  # fmt: skip
+    chance = {
+        "at_chance": at_chance,
+        "metric": "accuracy",
+        "value": 50.0,
+        "baseline": 50.0,
+        "margin": 5.0,
+        "constant": False,
+    }
     metrics = {m: value + i for i, m in enumerate(METRICS.get(task, ["mcc", "accuracy"]))}
-    r = {"task": task, "seed": seed, "metrics": metrics,
-         "extra_metrics": {"accuracy_merged": value} if task == "mnli" else {}, "n_train": 10, "n_eval": 5,
-         "chance": chance}  # fmt: skip
+    r = {
+        "task": task,
+        "seed": seed,
+        "metrics": metrics,
+        "extra_metrics": {"accuracy_merged": value} if task == "mnli" else {},
+        "n_train": 10,
+        "n_eval": 5,
+        "chance": chance,
+    }
     return {**r, "main_metric": main_metric} if main_metric else r
 
 
@@ -33,8 +53,22 @@ def test_one_line_per_task_then_the_defined_scores():
         metric = TASKS[task].main_metric if task in TASKS else "accuracy"  # syn-agree's record names its own
         s = results["tasks"][task]["metrics"][metric]
         chance = [] if metric == "accuracy" else ["accuracy"]  # the records' chance level is on accuracy
-        assert line.split() == [task, metric, f"{s['median']:.2f}", "±", f"{s['std']:.2f}", "(median", "±", "std",
-                                "over", "3", "seeds;", "chance", *chance, "50.00)"]  # fmt: skip
+        assert line.split() == [
+            task,
+            metric,
+            f"{s['median']:.2f}",
+            "±",
+            f"{s['std']:.2f}",
+            "(median",
+            "±",
+            "std",
+            "over",
+            "3",
+            "seeds;",
+            "chance",
+            *chance,
+            "50.00)",
+        ]
     scores = results["scores"]
     assert None not in scores.values()
     assert lines[10] == "GLUE scores: " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
@@ -43,7 +77,8 @@ def test_one_line_per_task_then_the_defined_scores():
     partial = [r for r in records if r["task"] != "wnli"]  # the paper's score is defined, the other two are not
     results = {k: v for k, v in summarize(partial).items() if not k.startswith("_")}
     assert [line for line in summary_lines(results, partial, []) if line.startswith("GLUE scores")] == [
-        f"GLUE scores: paper {results['scores']['paper']:.2f}"]  # fmt: skip
+        f"GLUE scores: paper {results['scores']['paper']:.2f}"
+    ]
 
 
 def test_a_runs_line_counts_its_steps_in_words():

@@ -29,14 +29,32 @@ def world(tmp_path_factory):
 
 
 def glue_args(world, out, tasks, *extra):
-    return ["glue", "--model", str(world["run"]), "--glue-dir", str(world["glue"]), "--tasks", tasks,
-            "--out", str(out), "--no-progress", *extra]  # fmt: skip
+    return [
+        "glue",
+        "--model",
+        str(world["run"]),
+        "--glue-dir",
+        str(world["glue"]),
+        "--tasks",
+        tasks,
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def sweep(world, out, tasks: str, seeds: int, **finetune) -> SweepSpec:
     """The library call equivalent to glue_args(world, out, tasks, "--seeds", seeds, ...)."""
-    return SweepSpec(out=str(out), model=str(world["run"]), tasks=tasks.split(","), glue_dir=str(world["glue"]),
-                     seeds=list(range(seeds)), finetune=FinetuneConfig(**finetune), progress=False)  # fmt: skip
+    return SweepSpec(
+        out=str(out),
+        model=str(world["run"]),
+        tasks=tasks.split(","),
+        glue_dir=str(world["glue"]),
+        seeds=list(range(seeds)),
+        finetune=FinetuneConfig(**finetune),
+        progress=False,
+    )
 
 
 def results(out: Path) -> dict:
@@ -51,9 +69,14 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     assert result.ok and result.results == r
     assert set(r) == {"tasks", "scores", "missing"}
     assert list(r["tasks"]) == ["cola", "mrpc", "stsb", "mnli", "rte", "syn-agree"]
-    expected_metrics = {"cola": ["mcc"], "mrpc": ["f1", "accuracy"], "stsb": ["pearson", "spearman"],
-                        "mnli": ["accuracy_m", "accuracy_mm"], "rte": ["accuracy"],
-                        "syn-agree": ["accuracy", "mcc"]}  # fmt: skip
+    expected_metrics = {
+        "cola": ["mcc"],
+        "mrpc": ["f1", "accuracy"],
+        "stsb": ["pearson", "spearman"],
+        "mnli": ["accuracy_m", "accuracy_mm"],
+        "rte": ["accuracy"],
+        "syn-agree": ["accuracy", "mcc"],
+    }
     for task, entry in r["tasks"].items():
         assert set(entry) == {"n_train", "n_eval", "metrics", "chance", "seconds"}
         assert entry["seconds"] > 0 and entry["chance"]["n"] == 2
@@ -77,8 +100,14 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     assert printed.count("] rte seed") == 2 and "## Aggregate scores" not in printed
     lines = printed.splitlines()
     summary = [line.split()[:2] for line in lines if "(median ± std over 2 seeds; chance " in line]
-    assert summary == [["cola", "mcc"], ["mrpc", "accuracy"], ["stsb", "spearman"], ["mnli", "accuracy_m"],
-                       ["rte", "accuracy"], ["syn-agree", "accuracy"]]  # fmt: skip
+    assert summary == [
+        ["cola", "mcc"],
+        ["mrpc", "accuracy"],
+        ["stsb", "spearman"],
+        ["mnli", "accuracy_m"],
+        ["rte", "accuracy"],
+        ["syn-agree", "accuracy"],
+    ]
     report = lines.index(f"report: {out / 'results.md'} (also .json, .csv)")
     assert lines[report + 1].startswith("cola ") and lines[report + 1].endswith("; chance 0.00)")
     assert lines[report + 3].startswith("stsb ") and lines[report + 3].endswith("; chance pearson 0.00)")
@@ -87,8 +116,12 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
         names = sorted(z.namelist())
         assert names == sorted(["CoLA.tsv", "MRPC.tsv", "STS-B.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv", "RTE.tsv"])
         files = {n: z.read(n).decode().splitlines() for n in names}
-    allowed = {"CoLA.tsv": {"0", "1"}, "MRPC.tsv": {"0", "1"}, "RTE.tsv": {"entailment", "not_entailment"},
-               "MNLI-m.tsv": {"entailment", "neutral", "contradiction"}}  # fmt: skip
+    allowed = {
+        "CoLA.tsv": {"0", "1"},
+        "MRPC.tsv": {"0", "1"},
+        "RTE.tsv": {"entailment", "not_entailment"},
+        "MNLI-m.tsv": {"entailment", "neutral", "contradiction"},
+    }
     allowed["MNLI-mm.tsv"] = allowed["AX.tsv"] = allowed["MNLI-m.tsv"]
     for name, lines in files.items():
         assert lines[0] == "index\tprediction" and [x.split("\t")[0] for x in lines[1:]] == [str(i) for i in range(8)]
@@ -138,8 +171,11 @@ def test_killed_sweep_resumes(world, tmp_path, capsys):
     claim = out / "runs" / "rte" / "seed1" / "claim"
     deadline = time.time() + 120
     # the claim is there once it holds its owner (a file seen between its creation and its first write is empty)
-    while not (first.exists() and claim.exists() and claim.stat().st_size) and proc.poll() is None \
-            and time.time() < deadline:  # fmt: skip
+    while (
+        not (first.exists() and claim.exists() and claim.stat().st_size)
+        and proc.poll() is None
+        and time.time() < deadline
+    ):
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -207,8 +243,24 @@ def test_bad_input_is_one_line_naming_the_problem(world, tmp_path, capsys, chang
 def test_flags_are_shortcuts_for_the_recipe_keys(world, tmp_path, capsys):
     """`electra glue` builds the SweepSpec the library gets: recipe, then flags, then --set (the last wins)."""
     out = tmp_path / "out"
-    args = glue_args(world, out, "wnli", "--seeds", "3,1", "--max-steps", "2", "--recipe", "study", "--lr", "1e-3",
-                     "--no-swap-pairs", "--set", "finetune.lr=2e-3", "--stop-after", "1")  # fmt: skip
+    args = glue_args(
+        world,
+        out,
+        "wnli",
+        "--seeds",
+        "3,1",
+        "--max-steps",
+        "2",
+        "--recipe",
+        "study",
+        "--lr",
+        "1e-3",
+        "--no-swap-pairs",
+        "--set",
+        "finetune.lr=2e-3",
+        "--stop-after",
+        "1",
+    )
     assert cli_main(args) == 0
     header = json.loads((out / "sweep.json").read_text())
     expected = load_finetune_config("study", ["finetune.max_steps=2", "finetune.lr=2e-3"])
@@ -221,10 +273,13 @@ def test_worker_spec_is_rebuilt_typed_and_strictly(world, tmp_path):
     spec = sweep(world, tmp_path / "out", "rte,wnli", 3, lr=1e-3, epochs=2)
     raw = json.loads(json.dumps(dataclasses.asdict(spec)))
     assert spec_from_dict(raw, "spec.json") == spec
-    for change, message in [({"finetune": {**raw["finetune"], "lr": "fast"}}, "finetune.lr must be float"),
-                            ({"finetune": {**raw["finetune"], "hed": 1}}, "unknown key 'finetune.hed'"),
-                            ({"seeds": [0, "1"]}, r"seeds\[1\] must be int"), ({"stop": 1}, "unknown key 'stop'"),
-                            ({"finetune": {**raw["finetune"], "lr": -1}}, "finetune.lr must be > 0")]:  # fmt: skip
+    for change, message in [
+        ({"finetune": {**raw["finetune"], "lr": "fast"}}, "finetune.lr must be float"),
+        ({"finetune": {**raw["finetune"], "hed": 1}}, "unknown key 'finetune.hed'"),
+        ({"seeds": [0, "1"]}, r"seeds\[1\] must be int"),
+        ({"stop": 1}, "unknown key 'stop'"),
+        ({"finetune": {**raw["finetune"], "lr": -1}}, "finetune.lr must be > 0"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             spec_from_dict({**raw, **change}, "spec.json")
 

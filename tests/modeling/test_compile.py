@@ -23,8 +23,9 @@ def _setup(overrides=NO_DROPOUT):
     model = build_model(cfg).train()
 
     def loss_fn(input_ids, attention_mask, token_type_ids, example_ids):  # masking + the model's forward
-        masked = mask_tokens(input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective,
-                             cfg.num_mask_slots, MASK, SPECIAL)  # fmt: skip
+        masked = mask_tokens(
+            input_ids, attention_mask, example_ids, cfg.train.seed, cfg.objective, cfg.num_mask_slots, MASK, SPECIAL
+        )
         return model(input_ids, attention_mask, token_type_ids, masked).loss
 
     ids, mask, types = synthetic_batch(cfg.model.vocab_size, 4, cfg.data.seq_len, torch.device("cpu"))

@@ -11,9 +11,14 @@ from electra.training.checkpoint import load_discriminator, load_pretraining_mod
 from tests.helpers import cli_main, random_batch, tiny_model
 
 SHARED = dict(
-    vocab_size=97, embedding_size=24, num_hidden_layers=2, max_position_embeddings=64, type_vocab_size=2,
-    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-)  # fmt: skip
+    vocab_size=97,
+    embedding_size=24,
+    num_hidden_layers=2,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +174,9 @@ def test_rotary_mlm_baseline_exports_as_roformer_for_masked_lm(tmp_path):
     assert not info["missing_keys"] and not info["unexpected_keys"]
     ids, attention, types = inputs()
     with torch.no_grad():
-        assert_same_logits(hf.eval()(ids, attention, types).logits, model.generator_logits(ids, attention, types),
-                           attention)  # fmt: skip
+        assert_same_logits(
+            hf.eval()(ids, attention, types).logits, model.generator_logits(ids, attention, types), attention
+        )
     back = masked_lm_from_hf(tmp_path / "masked_lm")
     for (name, a), b in zip(model.state_dict().items(), back.state_dict().values(), strict=True):
         assert torch.equal(a, b), name

@@ -109,6 +109,8 @@ def test_glue_with_a_hub_id_equals_the_local_folder(offline_cache, exported, tmp
     capsys.readouterr()
     assert cli_main(["glue", "--model", f"{ORG}/not-cached", "--out", str(tmp_path / "none"), *common]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"electra glue: error: {ORG}/not-cached: not a local path, nor a model in the local Hugging Face "
-                   "cache (HF_HUB_OFFLINE is set: nothing is downloaded)")  # fmt: skip
+    assert err == (
+        f"electra glue: error: {ORG}/not-cached: not a local path, nor a model in the local Hugging Face "
+        "cache (HF_HUB_OFFLINE is set: nothing is downloaded)"
+    )
     assert not (tmp_path / "none" / "runs").exists()

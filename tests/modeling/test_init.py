@@ -18,8 +18,15 @@ GLOROT = ("embeddings_project.weight", "discriminator_predictions.dense_predicti
 
 def model(init: str) -> ElectraForPretraining:
     # embedding 128 != hidden 256 and != generator 64, so both models have an embeddings_project
-    cfg = tiny_model_config(vocab_size=2000, embedding_size=128, hidden_size=256, intermediate_size=1024,
-                            generator_fraction=0.25, max_position_embeddings=512, init=init)  # fmt: skip
+    cfg = tiny_model_config(
+        vocab_size=2000,
+        embedding_size=128,
+        hidden_size=256,
+        intermediate_size=1024,
+        generator_fraction=0.25,
+        max_position_embeddings=512,
+        init=init,
+    )
     return ElectraForPretraining(cfg)
 
 

@@ -152,9 +152,12 @@ def test_samples_follow_softmax_over_temperature(sampler, temperature):
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, 1.5, 0.2])
     target = torch.softmax(logits / temperature, -1)
     s = sample_replacements(
-        logits.expand(draws, 1, V), torch.zeros(draws, 1, dtype=torch.long), torch.arange(draws),
-        temperature=temperature, sampler=sampler,
-    )  # fmt: skip
+        logits.expand(draws, 1, V),
+        torch.zeros(draws, 1, dtype=torch.long),
+        torch.arange(draws),
+        temperature=temperature,
+        sampler=sampler,
+    )
     freq = torch.bincount(s.flatten(), minlength=V).float() / draws
     chi2 = (draws * (freq - target) ** 2 / target).sum().item()
     assert chi2 < 24.3  # chi-square, 7 dof, p = 0.001

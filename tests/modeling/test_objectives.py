@@ -101,9 +101,12 @@ def test_mlm_step_equals_transformers_masked_lm(tmp_path):
     loss = torch.stack(losses).mean()
     loss.backward()
     torch.testing.assert_close(out.loss, loss, rtol=1e-5, atol=1e-5)
-    names = {"embeddings.": "electra.embeddings.", "masked_lm.electra.": "electra.",
-             "masked_lm.generator_predictions.": "generator_predictions.",
-             "masked_lm.lm_head_bias": "generator_lm_head.bias"}  # fmt: skip
+    names = {
+        "embeddings.": "electra.embeddings.",
+        "masked_lm.electra.": "electra.",
+        "masked_lm.generator_predictions.": "generator_predictions.",
+        "masked_lm.lm_head_bias": "generator_lm_head.bias",
+    }
     theirs = dict(ref.named_parameters())
     for name, p in ours.named_parameters():
         prefix = next(k for k in names if name.startswith(k))
@@ -126,8 +129,17 @@ def test_mlm_executed_flops_equal_what_pytorch_counts():
     cfg = load_config("tiny", ["objective.kind=mlm", "model.dropout=0.0", "model.attention_dropout=0.0"])
     model = build_model(cfg)
     ids, attention, types = random_batch(B=4, T=64, vocab=cfg.model.vocab_size)
-    m = mask_tokens(ids, attention, torch.arange(4), 0, cfg.objective, cfg.num_mask_slots, MASK, SPECIAL,
-                    vocab_size=cfg.model.vocab_size)  # fmt: skip
+    m = mask_tokens(
+        ids,
+        attention,
+        torch.arange(4),
+        0,
+        cfg.objective,
+        cfg.num_mask_slots,
+        MASK,
+        SPECIAL,
+        vocab_size=cfg.model.vocab_size,
+    )
     with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
         model(ids, attention, types, m).loss.backward()
     assert counter.get_total_flops() == pretrain_step_flops(cfg, 4, 64)
@@ -170,8 +182,15 @@ def test_the_loop_samples_at_the_scheduled_temperature(tmp_path):
     temperature 1, it samples its own distribution: the first logged window is the hot one, the second the cold."""
     import json
 
-    overrides = [*FAST, "train.max_steps=30", "train.log_every=15", "train.lr=2e-3", "train.warmup_steps=5",
-                 "objective.temperature_start=1e4", "objective.temperature_steps=15"]  # fmt: skip
+    overrides = [
+        *FAST,
+        "train.max_steps=30",
+        "train.log_every=15",
+        "train.lr=2e-3",
+        "train.warmup_steps=5",
+        "objective.temperature_start=1e4",
+        "objective.temperature_steps=15",
+    ]
     pretrain(load_config("tiny", overrides), tmp_path / "run")
     hot, cold = (json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[:2])
     vocab = load_pretraining_model(tmp_path / "run")[1].model.vocab_size

@@ -24,10 +24,23 @@ def train_rows(kind: str = "electra") -> list[dict]:
 
 
 def eval_rows(aucs=(0.7, 0.8)) -> list[dict]:
-    return [{"step": 10 * (i + 1), "eval_mlm_loss": 5.0 - i, "eval_disc_auc": a, "eval_disc_accuracy": 0.86,
-             "eval_disc_recall": 0.2, "eval_disc_precision": 0.5, "eval_disc_loss": 0.3, "eval_replaced_fraction": 0.14,
-             "eval_masked_accuracy": 0.1, "eval_mlm_majority_rate": 0.16, "eval_masked_loss": 5.1,
-             "eval_mlm_unigram_loss": 5.3} for i, a in enumerate(aucs)]  # fmt: skip
+    return [
+        {
+            "step": 10 * (i + 1),
+            "eval_mlm_loss": 5.0 - i,
+            "eval_disc_auc": a,
+            "eval_disc_accuracy": 0.86,
+            "eval_disc_recall": 0.2,
+            "eval_disc_precision": 0.5,
+            "eval_disc_loss": 0.3,
+            "eval_replaced_fraction": 0.14,
+            "eval_masked_accuracy": 0.1,
+            "eval_mlm_majority_rate": 0.16,
+            "eval_masked_loss": 5.1,
+            "eval_mlm_unigram_loss": 5.3,
+        }
+        for i, a in enumerate(aucs)
+    ]
 
 
 def panel(figure: dict, key: str) -> dict:
@@ -63,11 +76,19 @@ def test_an_mlm_run_has_no_generator_nor_discriminator_panels():
 def test_collapse_figure_has_the_studys_panels_and_marks_collapsed_runs():
     curves = {"0.25": eval_rows((0.7, 0.8)), "1.0": eval_rows((0.7, 0.5))}
     fig = figures.collapse_data(curves, {"1.0": True}, gate_auc=0.6)
-    assert [p["key"] for p in fig["panels"]] == ["eval_disc_loss", "eval_disc_accuracy", "eval_disc_precision",
-                                                 "eval_disc_recall", "eval_disc_auc", "eval_mlm_loss"]  # fmt: skip
+    assert [p["key"] for p in fig["panels"]] == [
+        "eval_disc_loss",
+        "eval_disc_accuracy",
+        "eval_disc_precision",
+        "eval_disc_recall",
+        "eval_disc_auc",
+        "eval_mlm_loss",
+    ]
     auc = panel(fig, "eval_disc_auc")
     assert [(s["label"], s["style"], s["collapsed"], s["y"]) for s in auc["lines"]] == [
-        ("0.25", "-", False, [0.7, 0.8]), ("1.0 (collapsed)", "--", True, [0.7, 0.5])]  # fmt: skip
+        ("0.25", "-", False, [0.7, 0.8]),
+        ("1.0 (collapsed)", "--", True, [0.7, 0.5]),
+    ]
     assert {h["y"] for h in auc["hlines"]} == {0.5, 0.6}
     assert [h["y"] for h in panel(fig, "eval_disc_accuracy")["hlines"]] == [86.0]  # always "original"
     assert [p["ylabel"] for p in fig["panels"]] == ["nats", "accuracy (%)", "fraction", "fraction", "AUC", "nats"]
@@ -76,13 +97,16 @@ def test_collapse_figure_has_the_studys_panels_and_marks_collapsed_runs():
 
 def test_glue_bars_draw_each_tasks_chance_line_and_mark_rejected_models():
     scores = {"electra": {"rte": (60.0, 58.0, 62.0), "cola": (10.0, 5.0, 15.0)}, "none": {"rte": (55.0, 54.0, 56.0)}}
-    fig = figures.glue_data(scores, {"cola": "mcc", "rte": "accuracy"}, {"rte": 52.7, "cola": 0.0},
-                            {"electra": "never learned"})  # fmt: skip
+    fig = figures.glue_data(
+        scores, {"cola": "mcc", "rte": "accuracy"}, {"rte": 52.7, "cola": 0.0}, {"electra": "never learned"}
+    )
     (p,) = fig["panels"]
     assert p["tasks"] == ["cola", "rte"] and p["xticks"] == ["cola\n(mcc)", "rte\n(accuracy)"]
     assert p["ylabel"] == "dev score (%; MCC and correlations × 100)"
-    assert [(h["task"], h["y"], h["x0"], h["x1"]) for h in p["hlines"]] == [("cola", 0.0, -0.45, 0.45),
-                                                                          ("rte", 52.7, 0.55, 1.45)]  # fmt: skip
+    assert [(h["task"], h["y"], h["x0"], h["x1"]) for h in p["hlines"]] == [
+        ("cola", 0.0, -0.45, 0.45),
+        ("rte", 52.7, 0.55, 1.45),
+    ]
     bars = {b["model"]: b for b in p["bars"]}
     assert bars["electra"]["label"] == "electra (never learned)" and bars["electra"]["hatch"] == "//"
     assert bars["none"]["hatch"] is None and bars["none"]["height"] == [55.0]
@@ -98,11 +122,14 @@ PAPER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 def test_efficiency_puts_ours_beside_the_literature_only_on_the_same_tasks(tmp_path):
     quoted = [{"name": "ELECTRA-Small", "flops": 1.4e18, "params": 14e6, "score": 79.9, "source": "quoted"}]
-    fig = figures.efficiency_data([ours("a", 1e12, 60.0)], quoted, "mean over rte, sst2", "8-task GLUE", 55.0,
-                                  ["sst2", "rte"], PAPER)  # fmt: skip
+    fig = figures.efficiency_data(
+        [ours("a", 1e12, 60.0)], quoted, "mean over rte, sst2", "8-task GLUE", 55.0, ["sst2", "rte"], PAPER
+    )
     assert [p["title"] for p in fig["panels"]] == ["quoted: 8-task GLUE", "ours: mean over rte, sst2"]
-    assert [p["ylabel"] for p in fig["panels"]] == ["GLUE dev score, mean of 8 tasks (%)",
-                                                    "dev score, mean of 2 tasks (%)"]  # fmt: skip
+    assert [p["ylabel"] for p in fig["panels"]] == [
+        "GLUE dev score, mean of 8 tasks (%)",
+        "dev score, mean of 2 tasks (%)",
+    ]
     assert [p["tasks"] for p in fig["panels"]] == [PAPER, ["sst2", "rte"]]
     assert [pt["source"] for pt in fig["panels"][0]["points"]] == ["quoted"]
     assert [pt["source"] for pt in fig["panels"][1]["points"]] == ["ours"]

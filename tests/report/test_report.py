@@ -14,7 +14,8 @@ from electra.data.synthetic_tasks import write_synthetic_tasks
 from electra.modeling.flops import PFS_DAY, flops_report, off_train_flops
 from electra.report.results import gate, read_pretrain_run
 from electra.report.write import write_report
-from electra.study.run import StudySpec, run_study
+from electra.study.grid import StudySpec
+from electra.study.run import run_study
 from tests.helpers import fake_pretrain_run, fake_study, glue_results
 
 LEARNED = [{"step": 10, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": 0.8}]
@@ -31,8 +32,10 @@ def test_the_report_says_what_the_seeds_allow_and_comments_on_a_better_baseline(
     assert "**Verdicts** at 95% confidence (Welch's t-test on the difference of seed means, at least 3" in report
     assert "**The no-pretraining baseline beats electra, mlm.**" in report
     one = (write_report([fake_study(tmp_path / "one", {"electra": [90.0], "none": [50.0]})]) / "report.md").read_text()
-    assert "- electra +40.0 points vs none on rte (mean over 1 seed): nothing can be concluded at 95% confidence " \
-        "(1 fine-tuning seed a side: the test needs at least 3)." in one  # fmt: skip
+    assert (
+        "- electra +40.0 points vs none on rte (mean over 1 seed): nothing can be concluded at 95% confidence "
+        "(1 fine-tuning seed a side: the test needs at least 3)." in one
+    )
     assert "baseline beats" not in one
 
 
@@ -44,9 +47,11 @@ def test_the_report_never_says_helped_of_a_pretraining_the_gate_rejects(tmp_path
     fake_pretrain_run(study / "runs" / "electra" / "pretrain", 10, never)
     text = (write_report([study]) / "report.md").read_text()
     assert "helped" not in text.split("**Verdicts**")[1].split("**Never left")[0]
-    assert "- electra +20.0 points vs none on rte (mean over 3 seeds; 95% interval ±2.3, Welch's t 24.49, df 4.0, " \
-        "p < 0.001): nothing can be concluded at 95% confidence (electra's pretraining never learned (the learning " \
-        "gate): its higher score is not that pretraining's doing)." in text  # fmt: skip
+    assert (
+        "- electra +20.0 points vs none on rte (mean over 3 seeds; 95% interval ±2.3, Welch's t 24.49, df 4.0, "
+        "p < 0.001): nothing can be concluded at 95% confidence (electra's pretraining never learned (the learning "
+        "gate): its higher score is not that pretraining's doing)." in text
+    )
 
 
 def test_studies_at_several_budgets_in_one_report_keep_their_settings_apart(tmp_path):
@@ -63,10 +68,20 @@ def test_studies_at_several_budgets_in_one_report_keep_their_settings_apart(tmp_
 
 # -- a real study on the built-in language: the four tables and the two figures --------------------------------
 
-PRETRAIN = ["train.batch_size=8", "train.log_every=4", "train.eval_every=8", "train.eval_batches=2",
-            "train.save_every=8", "train.warmup_steps=2"]  # fmt: skip
-SETTINGS = ["g0.25:model.generator_fraction=0.25", "g1:model.generator_fraction=1.0", "mlm:objective.kind=mlm",
-            "none:objective.kind=none"]  # fmt: skip
+PRETRAIN = [
+    "train.batch_size=8",
+    "train.log_every=4",
+    "train.eval_every=8",
+    "train.eval_batches=2",
+    "train.save_every=8",
+    "train.warmup_steps=2",
+]
+SETTINGS = [
+    "g0.25:model.generator_fraction=0.25",
+    "g1:model.generator_fraction=1.0",
+    "mlm:objective.kind=mlm",
+    "none:objective.kind=none",
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +89,17 @@ def sweep(tmp_path_factory) -> Path:
     """Two generator sizes, MLM and no pretraining at equal steps, two seeds on two built-in tasks (~1 minute)."""
     root = tmp_path_factory.mktemp("sweep")
     tasks = ",".join(str(p) for p in write_synthetic_tasks(root / "tasks")[:2])
-    spec = StudySpec(out=str(root / "s"), base="tiny", overrides=PRETRAIN, settings=SETTINGS, budget="steps=16",
-                     tasks=tasks, seeds=[0, 1], finetune_overrides=["finetune.max_steps=4"],
-                     progress=False)  # fmt: skip
+    spec = StudySpec(
+        out=str(root / "s"),
+        base="tiny",
+        overrides=PRETRAIN,
+        settings=SETTINGS,
+        budget="steps=16",
+        tasks=tasks,
+        seeds=[0, 1],
+        finetune_overrides=["finetune.max_steps=4"],
+        progress=False,
+    )
     run_study(spec)
     return root / "s"
 
@@ -139,16 +162,25 @@ def test_table_4_and_figure_2_hold_the_generator_sweep(sweep):
         run = read_pretrain_run(sweep / "runs" / name / "pretrain")
         last = run.evals[-1]
         assert r[1] == str(run.cfg.model.generator.hidden_size) and r[2] == "16"
-        assert (r[3], r[4], r[5]) == (f"{last['eval_mlm_loss']:.3f}", f"{last['eval_disc_auc']:.3f}",
-                                      f"{last['eval_disc_recall']:.3f}")  # fmt: skip
+        assert (r[3], r[4], r[5]) == (
+            f"{last['eval_mlm_loss']:.3f}",
+            f"{last['eval_disc_auc']:.3f}",
+            f"{last['eval_disc_recall']:.3f}",
+        )
         assert r[6] == ("yes" if run.meta["collapsed"] or gate(run).collapsed else "no") and r[7] == gate(run).word
         results = json.loads((sweep / "runs" / name / "glue" / "results.json").read_text())
         medians = [t["metrics"]["accuracy"]["median"] for t in results["tasks"].values()]
         assert len(medians) == 2 and r[8] == f"{sum(medians) / 2:.2f}"  # the task mean of both tasks
     assert "Warning: the sizes ran unequal steps" not in text  # a steps budget: equal steps
     figure = side(report, "collapse")
-    assert [p["key"] for p in figure["panels"]] == ["eval_disc_loss", "eval_disc_accuracy", "eval_disc_precision",
-                                                    "eval_disc_recall", "eval_disc_auc", "eval_mlm_loss"]  # fmt: skip
+    assert [p["key"] for p in figure["panels"]] == [
+        "eval_disc_loss",
+        "eval_disc_accuracy",
+        "eval_disc_precision",
+        "eval_disc_recall",
+        "eval_disc_auc",
+        "eval_mlm_loss",
+    ]
     auc = next(p for p in figure["panels"] if p["key"] == "eval_disc_auc")
     run = read_pretrain_run(sweep / "runs" / "g1" / "pretrain")
     line = next(s for s in auc["lines"] if s["label"].startswith("g1"))
@@ -168,9 +200,13 @@ def test_figure_3_and_table_3_from_the_runs(sweep):
     assert next(s for s in loss["lines"] if s["label"] == "training")["y"] == [r["mlm_loss"] for r in run.train]
     text = (report / "report.md").read_text()
     table = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}
-    assert {("GPT", "quoted (the study)"), ("DistilBERT", "quoted (the study)"),
-            ("ELECTRA-Small (the study)", "quoted (the study)"), ("ELECTRA-Small 25%", "quoted (ELECTRA paper "
-            "Table 1)"), ("no pretraining", "ours")} <= set(table)  # fmt: skip
+    assert {
+        ("GPT", "quoted (the study)"),
+        ("DistilBERT", "quoted (the study)"),
+        ("ELECTRA-Small (the study)", "quoted (the study)"),
+        ("ELECTRA-Small 25%", "quoted (ELECTRA paper Table 1)"),
+        ("no pretraining", "ours"),
+    } <= set(table)
     for name in ("g0.25", "g1", "mlm"):
         run = read_pretrain_run(sweep / "runs" / name / "pretrain")
         _, _, params, flops, pfs, *_ = table[(name, "ours")]
@@ -179,10 +215,13 @@ def test_figure_3_and_table_3_from_the_runs(sweep):
         assert float(pfs) == pytest.approx(total / PFS_DAY, rel=5e-3)
     efficiency = side(report, "efficiency")
     assert len(efficiency["panels"]) == 2 and efficiency["panels"][1]["title"].startswith("ours: mean over syn-")
-    assert [p["ylabel"] for p in efficiency["panels"]] == ["GLUE dev score, mean of 8 tasks (%)",
-                                                           "dev score, mean of 2 tasks (%)"]  # fmt: skip
-    assert efficiency["panels"][1]["hlines"][0]["y"] == pytest.approx(float(table[("no pretraining", "ours")][5]),
-                                                                      abs=0.01)  # fmt: skip
+    assert [p["ylabel"] for p in efficiency["panels"]] == [
+        "GLUE dev score, mean of 8 tasks (%)",
+        "dev score, mean of 2 tasks (%)",
+    ]
+    assert efficiency["panels"][1]["hlines"][0]["y"] == pytest.approx(
+        float(table[("no pretraining", "ours")][5]), abs=0.01
+    )
 
 
 def body_parameters(cfg) -> int:
@@ -208,8 +247,9 @@ def test_a_study_on_all_nine_tasks_shares_the_literatures_panel_averaging_the_pa
     electra = {t: [60.0 + i, 61.0 + i] for i, t in enumerate(paper)} | {"wnli": [30.0, 31.0]}  # WNLI pulls down
     none = {t: [50.0, 51.0] for t in [*paper, "wnli"]}
     study = fake_study(tmp_path / "s", {"electra": electra, "none": none}, metric=None)
-    run = read_pretrain_run(fake_pretrain_run(study / "runs" / "electra" / "pretrain", 40,
-                                              overrides=["model.position_embedding=rotary"]))  # fmt: skip
+    run = read_pretrain_run(
+        fake_pretrain_run(study / "runs" / "electra" / "pretrain", 40, overrides=["model.position_embedding=rotary"])
+    )
     entries, _ = collect([study])
     (point,) = efficiency_points(entries, paper)
     assert point["params"] == body_parameters(run.cfg)  # rotary positions: no position table to count
@@ -247,20 +287,28 @@ def test_table_1_counts_every_session_and_wall_clock_pfs_days_where_the_device_h
     from electra.modeling.flops import pfs_days
     from electra.report.results import Entry, PretrainRun, compute_row
 
-    meta = {"step": 300, "train_seconds": 7200.0, "sessions": [
-        {"device": "cpu", "world_size": 1, "start_step": 0, "start_seconds": 0.0},
-        {"device": "NVIDIA H200", "world_size": 2, "start_step": 100, "start_seconds": 3600.0}]}  # fmt: skip
+    meta = {
+        "step": 300,
+        "train_seconds": 7200.0,
+        "sessions": [
+            {"device": "cpu", "world_size": 1, "start_step": 0, "start_seconds": 0.0},
+            {"device": "NVIDIA H200", "world_size": 2, "start_step": 100, "start_seconds": 3600.0},
+        ],
+    }
     entry = Entry("resumed", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), None)
     row = compute_row(entry)
     assert row["world_size"] == row["gpus"] == 2  # the most GPUs any session ran on
     assert [(s["device"], s["steps"], s["seconds"]) for s in row["sessions"]] == [
-        ("cpu", 100, 3600.0), ("NVIDIA H200", 200, 3600.0)]  # fmt: skip
+        ("cpu", 100, 3600.0),
+        ("NVIDIA H200", 200, 3600.0),
+    ]
     assert row["pfs_days_wall"] is None  # the CPU session has no peak: no wall-clock pfs-days
     meta["sessions"][0]["device"] = "Tesla V100-SXM2-16GB"
     row = compute_row(entry)
     assert row["pfs_days_wall"] == pytest.approx(pfs_days(1 / 24, 1, 15.7) + pfs_days(1 / 24, 2, 989.0))
-    old = compute_row(Entry("old", PretrainRun(tmp_path, load_config("tiny"), {"step": 5, "device": "cpu"}, [], []),
-                            None))  # fmt: skip
+    old = compute_row(
+        Entry("old", PretrainRun(tmp_path, load_config("tiny"), {"step": 5, "device": "cpu"}, [], []), None)
+    )
     assert [s["device"] for s in old["sessions"]] == ["cpu"]  # a run.json from before sessions were kept
 
 
@@ -270,8 +318,11 @@ def test_table_1_claims_no_gpu_for_a_cpu_session_and_says_1_step(tmp_path):
     from electra.report.tables import compute_table
 
     def table(sessions: list[tuple[str, int, int]], step: int) -> list[str]:
-        meta = {"step": step, "train_seconds": 60.0, "sessions": [
-            {"device": d, "world_size": w, "start_step": s, "start_seconds": 0.0} for d, w, s in sessions]}  # fmt: skip
+        meta = {
+            "step": step,
+            "train_seconds": 60.0,
+            "sessions": [{"device": d, "world_size": w, "start_step": s, "start_seconds": 0.0} for d, w, s in sessions],
+        }
         entry = Entry("run", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), None)
         (row,) = rows("\n".join(compute_table([entry])), "### Table 1: compute per experiment")
         return row[6:8]  # GPUs, device per session
@@ -290,9 +341,17 @@ def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
 
     def run(fraction: float, steps: int, aucs: tuple[float, ...] = (0.7,), glue: dict | None = None) -> Entry:
         cfg = load_config("tiny", [f"model.generator_fraction={fraction}"])
-        evals = [{"step": steps * (i + 1) // len(aucs), "eval_mlm_loss": 4.0, "eval_disc_auc": auc,
-                  "eval_disc_recall": 0.3, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1}
-                 for i, auc in enumerate(aucs)]  # fmt: skip
+        evals = [
+            {
+                "step": steps * (i + 1) // len(aucs),
+                "eval_mlm_loss": 4.0,
+                "eval_disc_auc": auc,
+                "eval_disc_recall": 0.3,
+                "eval_masked_accuracy": 0.3,
+                "eval_mlm_majority_rate": 0.1,
+            }
+            for i, auc in enumerate(aucs)
+        ]
         return Entry(f"g{fraction}", PretrainRun(tmp_path, cfg, {"step": steps}, [], evals), glue)
 
     equal = sweep_table(sweep_entries([run(1.0, 100), run(0.25, 100)]), [])
@@ -305,8 +364,10 @@ def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
     learned = run(0.25, 100, glue=glue_results({"rte": [60.0, 62.0], "sst2": [70.0, 71.0]}))
     collapsed = run(1.0, 100, aucs=(0.8, 0.5), glue=glue_results({"rte": [50.0, 51.0], "sst2": [52.0, 52.0]}))
     table = rows("\n".join(sweep_table(sweep_entries([collapsed, learned]), ["rte", "sst2"])), "### Table 4")
-    assert [r[4:] for r in table] == [["0.700", "0.300", "no", "learned", "65.75"],
-                                      ["0.500", "0.300", "yes", "collapsed", "51.25"]]  # fmt: skip
+    assert [r[4:] for r in table] == [
+        ["0.700", "0.300", "no", "learned", "65.75"],
+        ["0.500", "0.300", "yes", "collapsed", "51.25"],
+    ]
 
 
 @pytest.mark.slow  # the `sweep` fixture
@@ -362,7 +423,7 @@ def test_several_studies_measure_each_model_against_its_own_baseline_and_electra
     assert [v for v in verdicts if "MLM" in v] == [
         "- ELECTRA does NOT beat MLM (95% confidence): study-10m/electra -10.0 points vs mlm on rte (mean over 3 "
         "seeds; 95% interval ±1.1, Welch's t -24.49, df 4.0, p < 0.001)."
-    ]  # fmt: skip
+    ]
 
 
 def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_the_baseline(tmp_path):
@@ -376,10 +437,15 @@ def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_t
             fake_pretrain_run(root / "runs" / setting / "pretrain", steps[setting], overrides=kind)
         return root
 
-    long = study("study-30m", {"electra": [80.0, 81.0, 82.0], "mlm": [83.0, 84.0, 85.0], "none": [70.0, 71.0, 72.0]},
-                 {"electra": 300, "mlm": 500}, mlm=["mlm"])  # fmt: skip
-    short = study("study-3m", {"electra": [60.0, 61.0, 62.0], "mlm": [75.0, 76.0, 77.0]}, {"electra": 30, "mlm": 50},
-                  mlm=["mlm"])  # fmt: skip
+    long = study(
+        "study-30m",
+        {"electra": [80.0, 81.0, 82.0], "mlm": [83.0, 84.0, 85.0], "none": [70.0, 71.0, 72.0]},
+        {"electra": 300, "mlm": 500},
+        mlm=["mlm"],
+    )
+    short = study(
+        "study-3m", {"electra": [60.0, 61.0, 62.0], "mlm": [75.0, 76.0, 77.0]}, {"electra": 30, "mlm": 50}, mlm=["mlm"]
+    )
     report = write_report([long, short], tmp_path / "report")  # the longer budget first: lines go by FLOPs
     (panel,) = side(report, "crossover")["panels"]
     assert panel["task"] == "rte" and panel["xscale"] == "log"
@@ -388,8 +454,9 @@ def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_t
     assert lines["electra"]["y"] == [61.0, 81.0] and lines["electra"]["low"] == [60.0, 80.0]
     assert lines["mlm"]["y"] == [76.0, 84.0] and lines["mlm"]["x"] == sorted(lines["mlm"]["x"])
     assert lines["electra"]["x"][0] < lines["electra"]["x"][1]
-    assert [(h["y"], h["style"]) for h in panel["hlines"] if h.get("band_of") or "no pretraining" in str(h["label"])] \
-        == [(71.0, "--"), (70.0, ":"), (72.0, ":")]  # fmt: skip
+    assert [
+        (h["y"], h["style"]) for h in panel["hlines"] if h.get("band_of") or "no pretraining" in str(h["label"])
+    ] == [(71.0, "--"), (70.0, ":"), (72.0, ":")]
     assert "crossover.png" in (report / "report.md").read_text()
     one = write_report([long], tmp_path / "one")  # one budget: no curve to draw
     assert not (one / "crossover.json").exists()
@@ -407,8 +474,17 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
     (glue / "part" / "glue" / "sweep.json").write_text(json.dumps({"model": "x", "config": {"max_steps": 200}}))
     part = fake_pretrain_run(glue / "part" / "pretrain", 40)
     session = {"device": "cpu", "world_size": 1, "start_seconds": 0.0}
-    (part / "run.json").write_text(json.dumps({"step": 40, "sessions": [
-        {**session, "start_step": 0, "max_steps": 20}, {**session, "start_step": 20, "max_steps": 40}]}))  # fmt: skip
+    (part / "run.json").write_text(
+        json.dumps(
+            {
+                "step": 40,
+                "sessions": [
+                    {**session, "start_step": 0, "max_steps": 20},
+                    {**session, "start_step": 20, "max_steps": 40},
+                ],
+            }
+        )
+    )
     fake_pretrain_run(glue / "flat" / "pretrain", 40)
     text = (write_report([study]) / "report.md").read_text()
     table = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}
@@ -418,18 +494,18 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
     assert float(value.replace(",", "")) == pytest.approx(72.0 / float(pfs), rel=6e-3) and mark == "[3]"
     assert table[("flat", "ours")][5:7] == ["67.00", "–, no task above chance"]
     assert "[1] fine-tuning capped at 200 steps per task (`finetune.max_steps`), not the recipe's epochs." in text
-    assert "[2] `train.max_steps` changed to 40 on resume at step 20; the learning-rate schedule changed " \
-        "there." in text  # fmt: skip
-    assert "[3] score per pfs-day averages the tasks above chance only (sst2; rte at chance level, left " \
-        "out)." in text  # fmt: skip
+    assert "[2] `train.max_steps` changed to 40 on resume at step 20; the learning-rate schedule changed there." in text
+    assert "[3] score per pfs-day averages the tasks above chance only (sst2; rte at chance level, left out)." in text
 
 
 def test_a_summary_without_common_tasks_says_why_in_a_sentence(tmp_path):
     study = fake_study(tmp_path / "s", {"electra": {"rte": [60.0] * 3}, "none": {"sst2": [50.0] * 3}})
     text = (write_report([study]) / "report.md").read_text()
     assert "no common tasks" not in text
-    assert "## Summary\n\nNo task was fine-tuned for every model with GLUE results, so there is no task mean to " \
-        "compare them on (Table 2 has each model's tasks).\n" in text  # fmt: skip
+    assert (
+        "## Summary\n\nNo task was fine-tuned for every model with GLUE results, so there is no task mean to "
+        "compare them on (Table 2 has each model's tasks).\n" in text
+    )
 
 
 def test_two_lone_runs_in_folders_of_one_name_are_named_apart_in_tables_and_figure_titles(tmp_path):

@@ -117,9 +117,11 @@ def test_within_the_spread_nothing_can_be_concluded():
 def test_one_seed_concludes_nothing_however_large_the_difference():
     c = compare("electra", results({"rte": [90.0]}), "none", results({"rte": [50.0]}), ["rte"])
     assert not c.concluded and c.margin is None and c.p is None
-    assert c.sentence("helped", "hurt") == ("electra +40.0 points vs none on rte (mean over 1 seed): nothing can be "
-                                            "concluded at 95% confidence (1 fine-tuning seed a side: the test needs "
-                                            "at least 3)")  # fmt: skip
+    assert c.sentence("helped", "hurt") == (
+        "electra +40.0 points vs none on rte (mean over 1 seed): nothing can be "
+        "concluded at 95% confidence (1 fine-tuning seed a side: the test needs "
+        "at least 3)"
+    )
 
 
 def test_seeds_that_do_not_vary_conclude_nothing():

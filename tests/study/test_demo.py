@@ -35,8 +35,10 @@ def test_the_demo_runs_the_study_and_ends_with_the_report_folder(tmp_path, capsy
 
 def test_the_verdict_follows_the_seeds(tmp_path):
     one = verdict_lines(fake_study(tmp_path / "one", {"electra": [80.0], "mlm": [60.0], "none": [50.0]}))
-    assert one[1] == "   electra: electra +30.0 points vs none on rte (mean over 1 seed): nothing can be concluded " \
-        "at 95% confidence (1 fine-tuning seed a side: the test needs at least 3)"  # fmt: skip
+    assert (
+        one[1] == "   electra: electra +30.0 points vs none on rte (mean over 1 seed): nothing can be concluded "
+        "at 95% confidence (1 fine-tuning seed a side: the test needs at least 3)"
+    )
     assert one[-1].startswith("   at equal FLOPs: electra +20.0 points vs mlm") and "nothing can be" in one[-1]
     three = {"electra": [80.0, 81.0, 82.0], "mlm": [60.0, 61.0, 62.0], "none": [70.0, 70.5, 71.0]}
     three = verdict_lines(fake_study(tmp_path / "three", three))
@@ -50,8 +52,10 @@ def test_a_collapsed_pretraining_is_called_collapsed_not_never_learned(tmp_path)
     """The gate's own word in the verdict: a discriminator whose held-out AUC passed the gate and then fell under
     it collapsed; it did not "never leave the plateau"."""
     study = fake_study(tmp_path / "s", {"electra": [60.0, 61.0, 62.0], "none": [60.0, 61.0, 62.0]})
-    evals = [{"step": s, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": auc}
-             for s, auc in ((100, 0.55), (200, 0.81), (300, 0.52))]  # fmt: skip
+    evals = [
+        {"step": s, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": auc}
+        for s, auc in ((100, 0.55), (200, 0.81), (300, 0.52))
+    ]
     fake_pretrain_run(study / "runs" / "electra" / "pretrain", 300, evals)
     line = verdict_lines(study)[1]
     assert line.startswith("   electra: electra +0.0 points vs none on rte") and "nothing can be concluded" in line

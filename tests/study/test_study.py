@@ -17,12 +17,19 @@ from electra.data.synthetic_tasks import write_synthetic_tasks
 from electra.modeling.flops import flops_report, off_train_flops
 from electra.report.results import gate, read_pretrain_run
 from electra.report.write import write_report
-from electra.study.run import StudySpec, grid, run_study, start
+from electra.study.grid import StudySpec, grid
+from electra.study.run import run_study, start
 from electra.training.checkpoint import list_checkpoints
 from tests.helpers import run_cli, start_cli, without_seconds
 
-PRETRAIN = ["train.batch_size=8", "train.log_every=4", "train.eval_every=8", "train.eval_batches=2",
-            "train.save_every=4", "train.warmup_steps=2"]  # fmt: skip
+PRETRAIN = [
+    "train.batch_size=8",
+    "train.log_every=4",
+    "train.eval_every=8",
+    "train.eval_batches=2",
+    "train.save_every=4",
+    "train.warmup_steps=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +39,16 @@ def tasks(tmp_path_factory) -> str:
 
 
 def spec(out: Path, tasks: str, **changes) -> StudySpec:
-    base = dict(out=str(out), base="tiny", overrides=PRETRAIN, vary=["objective.kind=electra,mlm,none"],
-                budget="flops=6e9", tasks=tasks, seeds=[0], finetune_overrides=["finetune.max_steps=6"])  # fmt: skip
+    base = dict(
+        out=str(out),
+        base="tiny",
+        overrides=PRETRAIN,
+        vary=["objective.kind=electra,mlm,none"],
+        budget="flops=6e9",
+        tasks=tasks,
+        seeds=[0],
+        finetune_overrides=["finetune.max_steps=6"],
+    )
     return StudySpec(**{**base, **changes})
 
 
@@ -47,17 +62,20 @@ def study(tmp_path_factory, tasks) -> Path:
 def test_the_grid_is_the_product_of_the_lists_in_order():
     s = StudySpec(out="x", vary=["model.generator_fraction=0.25,0.5", "objective.temperature=1,3"])
     assert [g.name for g in grid(s)] == [
-        "generator_fraction=0.25,temperature=1", "generator_fraction=0.25,temperature=3",
-        "generator_fraction=0.5,temperature=1", "generator_fraction=0.5,temperature=3",
-    ]  # fmt: skip
+        "generator_fraction=0.25,temperature=1",
+        "generator_fraction=0.25,temperature=3",
+        "generator_fraction=0.5,temperature=1",
+        "generator_fraction=0.5,temperature=3",
+    ]
     with pytest.raises(ConfigError, match="expected section.key=value1,value2"):
         grid(StudySpec(out="x", vary=["objective.kind"]))
     named = ["electra:", "T3:objective.temperature=3;model.dropout=0", "none:objective.kind=none"]
     named = grid(StudySpec(out="x", settings=named))
     assert [(s.name, s.values, s.kind) for s in named] == [
-        ("electra", {}, "electra"), ("T3", {"objective.temperature": "3", "model.dropout": "0"}, "electra"),
+        ("electra", {}, "electra"),
+        ("T3", {"objective.temperature": "3", "model.dropout": "0"}, "electra"),
         ("none", {"objective.kind": "none"}, "none"),
-    ]  # fmt: skip
+    ]
     with pytest.raises(ConfigError, match="expected NAME:section.key=value"):
         grid(StudySpec(out="x", settings=["T3 objective.temperature=3"]))
 
@@ -129,8 +147,13 @@ def test_the_gate_judges_the_last_held_out_evaluation(study, tmp_path):
     run = read_pretrain_run(study / "runs" / "kind=electra" / "pretrain")
     assert run.evals[-1]["eval_mlm_unigram_loss"] > run.evals[-1]["eval_mlm_unigram_entropy"]
     del run.evals[-1]["eval_mlm_unigram_loss"]  # first as a run logged before that metric existed
-    run.evals[-1].update(eval_masked_accuracy=0.30, eval_mlm_majority_rate=0.18, eval_disc_auc=0.75,
-                         eval_masked_loss=4.5, eval_mlm_unigram_entropy=4.55)  # fmt: skip
+    run.evals[-1].update(
+        eval_masked_accuracy=0.30,
+        eval_mlm_majority_rate=0.18,
+        eval_disc_auc=0.75,
+        eval_masked_loss=4.5,
+        eval_mlm_unigram_entropy=4.55,
+    )
     verdict = gate(run)
     assert verdict.learned is True and "loss 4.500 vs the slots' own entropy 4.550 nats" in verdict.describe()
     run.evals[-1].update(eval_disc_auc=0.58)  # the discriminator never left the plateau
@@ -158,9 +181,24 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path):
     setting's weights and GLUE results equal the uninterrupted study's."""
     out = tmp_path / "s"
     s = spec(out, tasks)
-    args = ["study", "--out", str(out), "--base", "tiny", "--vary", s.vary[0], "--budget", s.budget, "--tasks", tasks,
-            "--seeds", "1", "--finetune-set", s.finetune_overrides[0],
-            *[a for o in PRETRAIN for a in ("--set", o)]]  # fmt: skip
+    args = [
+        "study",
+        "--out",
+        str(out),
+        "--base",
+        "tiny",
+        "--vary",
+        s.vary[0],
+        "--budget",
+        s.budget,
+        "--tasks",
+        tasks,
+        "--seeds",
+        "1",
+        "--finetune-set",
+        s.finetune_overrides[0],
+        *[a for o in PRETRAIN for a in ("--set", o)],
+    ]
     proc = start_cli(*args)
     first = out / "runs" / "kind=electra" / "pretrain" / "run.json"
     deadline = time.time() + 120
@@ -245,10 +283,12 @@ def test_a_pretraining_run_stopped_by_a_signal_stops_the_study(tmp_path, tasks, 
 def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch, capsys):
     """Settings, steps, FLOPs, the fine-tuning runs and an estimated wall time from timed steps (here made
     exact: 0.01 s a pretraining step, 0.002 s a fine-tuning step), printed before the first pretraining run."""
+    import electra.study.grid as grid_module
     import electra.study.plan as plan_module
     import electra.study.run as study_module
 
-    monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: 0.01)
+    for module in (grid_module, plan_module):  # where it is defined, and the plan's name for it
+        monkeypatch.setattr(module, "seconds_per_step", lambda cfg, device: 0.01)
     monkeypatch.setattr(plan_module, "finetune_step_seconds", lambda cfg, spec, length: 0.002)
     monkeypatch.setattr(study_module, "_pretrain_worker", lambda *a, **k: 0)  # stops the study after the plan
     s = spec(tmp_path / "s", tasks, seeds=[0, 1])
@@ -269,8 +309,10 @@ def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch
         flops = off_train_flops(x.config(s), x.steps) if x.steps else 0.0
         assert f"{x.steps:,} step" in row and f"{flops:9.3g} FLOPs" in row
         assert ("no pretraining" in row) if x.kind == "none" else "about" in row
-    assert printed[first + 4] == "   then 12 fine-tuning runs: 3 settings x 2 tasks x 2 seeds (syn-agree 6 steps, " \
-        "syn-topic 6 steps)"  # fmt: skip
+    assert (
+        printed[first + 4] == "   then 12 fine-tuning runs: 3 settings x 2 tasks x 2 seeds (syn-agree 6 steps, "
+        "syn-topic 6 steps)"
+    )
     assert printed[first + 5].startswith(f"   estimated wall time: about {plan.pretrain_seconds + 0.144:.0f} s")
 
 
@@ -280,15 +322,22 @@ def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_t
     the sum of every run."""
     import torch
 
+    import electra.study.grid as grid_module
     import electra.study.plan as plan_module
-    import electra.study.run as study_module
 
     threads = []
-    monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: threads.append(torch.get_num_threads())
-                        or (0.01 if cfg.objective.kind == "electra" else 0.004))  # fmt: skip
-    monkeypatch.setattr(plan_module, "finetune_step_seconds",
-                        lambda cfg, spec, length: threads.append(torch.get_num_threads()) or 0.002)  # fmt: skip
-    monkeypatch.setattr(plan_module.os, "cpu_count", lambda: 8)
+    for module in (grid_module, plan_module):  # where it is defined, and the plan's name for it
+        monkeypatch.setattr(
+            module,
+            "seconds_per_step",
+            lambda cfg, device: (
+                threads.append(torch.get_num_threads()) or (0.01 if cfg.objective.kind == "electra" else 0.004)
+            ),
+        )
+    monkeypatch.setattr(
+        plan_module, "finetune_step_seconds", lambda cfg, spec, length: threads.append(torch.get_num_threads()) or 0.002
+    )
+    monkeypatch.setattr(grid_module.os, "cpu_count", lambda: 8)
     before = torch.get_num_threads()
     s = spec(tmp_path / "s", tasks, seeds=[0, 1], parallel=2, device="cpu")
     settings = start(s)
@@ -304,7 +353,6 @@ def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_t
 def test_the_fine_tuning_phase_has_one_bar_over_its_runs(tmp_path, tasks, monkeypatch, capsys):
     """The bar moves as each fine-tuning run ends, not as each setting's sweep does: a one-setting study has an
     estimate after its first run; runs a resumed study finished before count from the start."""
-    import electra.glue.sweep as sweep_module
     import electra.study.run as study_module
     from electra.glue.sweep import SweepResult
     from electra.study.run import finetune_all
@@ -327,7 +375,7 @@ def test_the_fine_tuning_phase_has_one_bar_over_its_runs(tmp_path, tasks, monkey
             super().update(n)
             positions.append(self.n)
 
-    monkeypatch.setattr(sweep_module, "run_sweep", sweep)
+    monkeypatch.setattr(study_module, "run_sweep", sweep)
     monkeypatch.setattr(study_module, "tqdm", Bar)
     s = spec(tmp_path / "s", tasks, seeds=[0, 1, 2])
     finetune_all(s, grid(s))
@@ -384,8 +432,10 @@ def test_a_discriminator_whose_auc_fell_late_is_collapsed_not_never_learned(tmp_
     from electra.config import load_config
     from electra.report.results import PretrainRun
 
-    evals = [{"step": s, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": auc}
-             for s, auc in ((100, 0.55), (200, 0.81), (300, 0.52))]  # fmt: skip
+    evals = [
+        {"step": s, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": auc}
+        for s, auc in ((100, 0.55), (200, 0.81), (300, 0.52))
+    ]
     run = PretrainRun(tmp_path, load_config("tiny"), {"step": 300}, [], evals)
     verdict = gate(run)
     assert verdict.learned is False and verdict.collapsed and verdict.word == "collapsed"
@@ -414,14 +464,15 @@ def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(
     import numpy as np
     from tokenizers import Tokenizer
 
+    import electra.study.grid as grid_module
     import electra.study.plan as plan_module
-    import electra.study.run as study_module
     from electra.data.synthetic import synthetic_tokenizer_json
     from electra.glue.features import encode
     from electra.glue.loading import load_task
     from electra.glue.tasks import resolve_tasks
 
-    monkeypatch.setattr(study_module, "seconds_per_step", lambda cfg, device: 0.01)
+    for module in (grid_module, plan_module):  # where it is defined, and the plan's name for it
+        monkeypatch.setattr(module, "seconds_per_step", lambda cfg, device: 0.01)
     monkeypatch.setattr(plan_module, "finetune_step_seconds", lambda cfg, spec, length: 1e-4 * length)
     s = spec(tmp_path / "s", tasks, seeds=[0, 1])
     plan = plan_module.make_plan(s, start(s))
@@ -438,9 +489,25 @@ def test_the_plan_times_each_tasks_step_at_the_length_its_batches_are_padded_to(
 def cli_args(out: Path, tasks: str) -> list[str]:
     """`electra study` arguments of `spec(out, tasks)`."""
     s = spec(out, tasks)
-    return ["study", "--out", str(out), "--base", "tiny", "--vary", s.vary[0], "--budget", s.budget, "--tasks", tasks,
-            "--seeds", "1", "--finetune-set", s.finetune_overrides[0], *[a for o in PRETRAIN for a in ("--set", o)],
-            "--quiet"]  # fmt: skip
+    return [
+        "study",
+        "--out",
+        str(out),
+        "--base",
+        "tiny",
+        "--vary",
+        s.vary[0],
+        "--budget",
+        s.budget,
+        "--tasks",
+        tasks,
+        "--seeds",
+        "1",
+        "--finetune-set",
+        s.finetune_overrides[0],
+        *[a for o in PRETRAIN for a in ("--set", o)],
+        "--quiet",
+    ]
 
 
 def test_the_study_ends_with_its_verdict_lines_and_the_reports_path(study, tasks, capsys):
@@ -464,8 +531,10 @@ def test_more_seeds_and_tasks_extend_a_finished_study_fine_tuning_only_what_is_n
     one = spec(out, first, vary=["objective.kind=electra,none"])
     run_study(one)
     pretrain = out / "runs" / "kind=electra" / "pretrain"
-    kept = {p: p.stat().st_mtime_ns for p in [*pretrain.rglob("*.safetensors"), pretrain / "run.json",
-                                              *out.rglob("result.json")]}  # fmt: skip
+    kept = {
+        p: p.stat().st_mtime_ns
+        for p in [*pretrain.rglob("*.safetensors"), pretrain / "run.json", *out.rglob("result.json")]
+    }
     run_study(spec(out, tasks, vary=one.vary, seeds=[0, 1]))
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # nothing redone
     for name in ("kind=electra", "kind=none"):

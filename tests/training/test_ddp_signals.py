@@ -47,8 +47,9 @@ def _ranks(rank: int, world: int, init_file: str, out: str) -> None:
             refused = ""
         except CheckpointError as err:
             refused = str(err)
-        Path(out, f"rank{rank}.json").write_text(json.dumps({"agreed": agreed, "collapsed": collapsed,
-                                                             "refused": refused}))  # fmt: skip
+        Path(out, f"rank{rank}.json").write_text(
+            json.dumps({"agreed": agreed, "collapsed": collapsed, "refused": refused})
+        )
     finally:
         dist.destroy_process_group()
 
@@ -66,9 +67,25 @@ def test_two_ranks_agree_on_a_signal_one_got_on_the_collapse_and_on_the_resume_s
 
 # -- the whole CLI under torchrun -----------------------------------------------------------------------------
 
-COMMON = ["pretrain", "--config", "tiny", "--batch-size", "8", "--eval-every", "1000", "--save-every", "1000",
-          "--log-every", "1", "--set", "data.seq_len=32", "--set", "model.dropout=0.0",
-          "--set", "model.attention_dropout=0.0"]  # fmt: skip
+COMMON = [
+    "pretrain",
+    "--config",
+    "tiny",
+    "--batch-size",
+    "8",
+    "--eval-every",
+    "1000",
+    "--save-every",
+    "1000",
+    "--log-every",
+    "1",
+    "--set",
+    "data.seq_len=32",
+    "--set",
+    "model.dropout=0.0",
+    "--set",
+    "model.attention_dropout=0.0",
+]
 
 
 def _children(pid: int) -> list[int]:
@@ -96,8 +113,15 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
 def _start_torchrun(port: int, *args: str) -> subprocess.Popen:
     """`electra ARGS` under torchrun with 2 processes, in a session of its own (killed whole by `_kill_group`)."""
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), "-m", "electra.cli"]
-    return subprocess.Popen([cli_command()[0], *launch, *args], env=child_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [cli_command()[0], *launch, *args],
+        env=child_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -146,8 +170,19 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_and_resumes_bit_identically(tm
 @pytest.mark.slow
 def test_stop_on_collapse_stops_every_rank(tmp_path):
     # tiny at step 2 still predicts "original" everywhere: recall 0 reads as a collapse at the first evaluation
-    args = [*COMMON, "--max-steps", "6", "--eval-every", "2", "--set", "train.collapse_patience=1",
-            "--set", "train.stop_on_collapse=true", "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        *COMMON,
+        "--max-steps",
+        "6",
+        "--eval-every",
+        "2",
+        "--set",
+        "train.collapse_patience=1",
+        "--set",
+        "train.stop_on_collapse=true",
+        "--out",
+        str(tmp_path),
+    ]
     proc = _start_torchrun(29634, *args)
     try:
         output, _ = proc.communicate(timeout=120)  # before the fix: rank 1 waited in step 3's all-reduce
@@ -213,8 +248,20 @@ def test_an_error_on_rank_0_alone_stops_every_rank_at_once_with_one_line_and_the
     "rank 0 failed: ..." and no traceback; the checkpoint of step 2 resumes to the end."""
     run, logs = tmp_path / "run", tmp_path / "logs"
     args = [*COMMON, "--save-every", "1", "--eval-every", "3", "--max-steps", "4", "--out", str(run)]
-    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29635", "--redirects", "3",
-              "--log-dir", str(logs), "-m", "electra.cli"]  # fmt: skip
+    launch = [
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29635",
+        "--redirects",
+        "3",
+        "--log-dir",
+        str(logs),
+        "-m",
+        "electra.cli",
+    ]
     start = time.monotonic()
     result = run_python(*launch, *args, env={faults.ENV: "evaluate@1=enospc"}, timeout=300)
     assert result.returncode != 0 and time.monotonic() - start < 120
@@ -222,8 +269,11 @@ def test_an_error_on_rank_0_alone_stops_every_rank_at_once_with_one_line_and_the
     rank0, rank1 = err0.read_text(), err1.read_text()
     assert "error: [Errno 28] No space left on device (failpoint evaluate)" in rank0 and "failed" not in rank0
     lines = [line for line in rank1.splitlines() if "failed" in line]
-    assert lines == ["electra pretrain: error: rank 0 failed: OSError: [Errno 28] No space left on device (failpoint "
-                     "evaluate)"] and "Traceback" not in rank1  # fmt: skip
+    assert (
+        lines
+        == ["electra pretrain: error: rank 0 failed: OSError: [Errno 28] No space left on device (failpoint evaluate)"]
+        and "Traceback" not in rank1
+    )
     assert [int(c.name.split("_")[-1]) for c in list_checkpoints(run)][-1] == 2
     resumed = torchrun(2, 29636, *args, "--resume", "auto", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -14,8 +14,9 @@ CPU = torch.device("cpu")
 
 
 def _setup():
-    cfg = load_config("tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "train.batch_size=16",
-                               "train.eval_batches=2"])  # fmt: skip
+    cfg = load_config(
+        "tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "train.batch_size=16", "train.eval_batches=2"]
+    )
     data = open_pretraining_data(cfg.data, cfg.train.seed)
     torch.manual_seed(0)
     model = ElectraForPretraining(cfg.model, cfg.objective)

@@ -19,7 +19,7 @@ from electra.cli import main as cli_main
 from electra.config import load_config
 from electra.modeling.flops import parameter_count
 from electra.modeling.masking import sample_replacements
-from electra.study.run import calibration_step
+from electra.study.grid import calibration_step
 from electra.training import precision as devices
 from electra.training.batches import host_batch
 from electra.training.loop import micro_batch_size, plan_step, prefetch_batches, pretrain, setup, step_batches
@@ -237,8 +237,20 @@ def test_loss_scale_back_offs_are_counted_apart_from_non_finite_steps(tmp_path):
     ids, attention, types = random_batch(B=4, T=24)
     batch = {"input_ids": ids, "attention_mask": attention, "token_type_ids": types}
     window = Window(CPU, 0, 0)
-    outs = [train_step(model, opt, scaler, params, [batch], [masked(ids, attention)], 1,
-                       torch.autocast("cpu", enabled=False), cfg.train.grad_clip) for _ in range(12)]  # fmt: skip
+    outs = [
+        train_step(
+            model,
+            opt,
+            scaler,
+            params,
+            [batch],
+            [masked(ids, attention)],
+            1,
+            torch.autocast("cpu", enabled=False),
+            cfg.train.grad_clip,
+        )
+        for _ in range(12)
+    ]
     for out in outs:
         window.add(out)
     skipped = sum(bool(o.skipped) for o in outs)
@@ -276,8 +288,12 @@ def test_the_loops_steps_read_nothing_back_and_upload_nothing(tmp_path):
     steps between them make none (the special ids, the stop vote, the window's sums stay on the device)."""
     counts = {}
     for steps in (3, 9):
-        every = [f"train.max_steps={steps}", f"train.log_every={steps}", f"train.save_every={steps}",
-                 f"train.eval_every={steps}"]  # fmt: skip
+        every = [
+            f"train.max_steps={steps}",
+            f"train.log_every={steps}",
+            f"train.save_every={steps}",
+            f"train.eval_every={steps}",
+        ]
         cfg = load_config("tiny", [*FAST, *every, "train.precision=fp32"])
         run = setup(cfg, tmp_path / str(steps), device="cpu")
         from electra.training.loop import train
@@ -387,8 +403,9 @@ def test_a_batch_without_padding_gets_no_mask_and_the_same_attention(tmp_path, m
     model.eval()
     ids, attention, types = random_batch(B=3, T=24)
     with torch.no_grad():
-        torch.testing.assert_close(model.discriminator_logits(ids, None, types),
-                                   model.discriminator_logits(ids, attention, types))  # fmt: skip
+        torch.testing.assert_close(
+            model.discriminator_logits(ids, None, types), model.discriminator_logits(ids, attention, types)
+        )
 
 
 # -- the bench's schedule and the study's timing -------------------------------------------------------------
@@ -447,7 +464,10 @@ def test_a_checkpoint_saved_on_cuda_0_resumes_on_this_ranks_device(tmp_path, mon
 
 
 def test_glue_fine_tuning_runs_bf16_on_cpu_when_asked_and_auto_as_pretraining():
-    from electra.glue.finetune import autocast_for
+    from electra.glue.finetune import finetune_precision
+
+    def autocast_for(device, precision, hidden_size):
+        return devices.autocast_for(finetune_precision(device, precision, hidden_size), device)
 
     amp = autocast_for(CPU, "bf16", 64)
     with amp, torch.no_grad():

@@ -40,8 +40,17 @@ def test_budget_picks_the_largest_fitting_divisor():
 
 
 def test_run_json_records_the_budget_the_estimate_the_micro_batch_and_the_peak_on_cpu(tmp_path):
-    cfg = load_config("tiny", ["train.batch_size=8", "train.max_steps=2", "train.eval_every=1000",
-                               "train.eval_batches=1", "train.precision=fp32", "train.max_memory_gb=0.01"])  # fmt: skip
+    cfg = load_config(
+        "tiny",
+        [
+            "train.batch_size=8",
+            "train.max_steps=2",
+            "train.eval_every=1000",
+            "train.eval_batches=1",
+            "train.precision=fp32",
+            "train.max_memory_gb=0.01",
+        ],
+    )
     pretrain(cfg, tmp_path / "run", device="cpu")
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     cfg = read_config(tmp_path / "run" / "config.yaml")  # the vocabulary size the tokenizer set

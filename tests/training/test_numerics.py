@@ -57,8 +57,9 @@ def test_two_ranks_accumulating_equal_one_process_over_the_same_global_batch(tmp
     """Each rank accumulates two micro-batches, DDP all-reduces after the last: the parameters after two steps
     equal one process's over all four micro-batches. All-reducing after the first micro-batch instead (the
     no-sync condition wrong) leaves the second's gradient local to its rank: off by 2e-2 here (1e-7 right)."""
-    mp.start_processes(_rank, args=(2, str(tmp_path / "init"), str(tmp_path / "ddp.pt")), nprocs=2,
-                       start_method="spawn")  # fmt: skip
+    mp.start_processes(
+        _rank, args=(2, str(tmp_path / "init"), str(tmp_path / "ddp.pt")), nprocs=2, start_method="spawn"
+    )
     torch.manual_seed(0)
     single = tiny_model().train()
     _steps(single, list(single.parameters()), _micro_batches(), world=1)

@@ -50,8 +50,9 @@ def test_adamw_is_the_bias_corrected_study_optimizer():
     model.bias.grad = torch.tensor([0.3])
     opt.step()
     # first bias-corrected step moves every weight by lr * sign(g) (+ decoupled decay on the weight only)
-    torch.testing.assert_close(model.weight.detach(), w0 * (1 - 0.1 * 0.01) - 0.1 * torch.tensor([[1.0, -1.0]]),
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    torch.testing.assert_close(
+        model.weight.detach(), w0 * (1 - 0.1 * 0.01) - 0.1 * torch.tensor([[1.0, -1.0]]), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_weight_decay_excludes_layernorm_and_biases():

@@ -44,8 +44,21 @@ def train_rows(run: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_resume_after_sigkill_is_bit_identical(tmp_path):
-    args = ["pretrain", "--config", "tiny", "--max-steps", "24", "--save-every", "3", "--batch-size", "8",
-            "--log-every", "2", "--eval-every", "1000"]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--max-steps",
+        "24",
+        "--save-every",
+        "3",
+        "--batch-size",
+        "8",
+        "--log-every",
+        "2",
+        "--eval-every",
+        "1000",
+    ]
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run_cli(*args, "--out", str(straight), check=True)
 
@@ -71,8 +84,22 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
 
 @pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_with_the_whole_batch(tmp_path):
-    common = ["--config", "tiny", "--max-steps", "4", "--batch-size", "8", "--log-every", "2",
-              "--eval-every", "1000", "--set", "model.dropout=0.0", "--set", "model.attention_dropout=0.0"]  # fmt: skip
+    common = [
+        "--config",
+        "tiny",
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--log-every",
+        "2",
+        "--eval-every",
+        "1000",
+        "--set",
+        "model.dropout=0.0",
+        "--set",
+        "model.attention_dropout=0.0",
+    ]
     one, two = tmp_path / "one", tmp_path / "two"
     run_cli("pretrain", *common, "--out", str(one), check=True)
     result = torchrun(2, 29617, "pretrain", *common, "--out", str(two))
@@ -152,8 +179,17 @@ class IidTokens:
 
 def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path):
     data = PretrainingData(train=IidTokens(0), eval=IidTokens(1), tokens=token_info(vocab_size=64))
-    cfg = load_config("tiny", FAST + ["train.max_steps=12", "train.eval_every=3", "train.collapse_patience=3",
-                                      "train.stop_on_collapse=true", "train.eval_batches=2"])  # fmt: skip
+    cfg = load_config(
+        "tiny",
+        FAST
+        + [
+            "train.max_steps=12",
+            "train.eval_every=3",
+            "train.collapse_patience=3",
+            "train.stop_on_collapse=true",
+            "train.eval_batches=2",
+        ],
+    )
     meta = pretrain(cfg, tmp_path / "run", data=data)
     assert meta.collapsed and meta.collapse_first_step == 9 and meta.step == 9  # stopped at the flag
     assert json.loads((tmp_path / "run" / "run.json").read_text())["collapsed"] is True
@@ -271,8 +307,10 @@ def test_the_progress_bar_shows_no_discriminator_for_mlm():
 
 def _reduced_buckets(ddp: torch.nn.parallel.DistributedDataParallel, names: dict) -> list[tuple[float, list[str]]]:
     """(MiB, parameter names) of each gradient bucket, in the order DDP all-reduces them (torch's private API)."""
-    return [(b.buffer().numel() * 4 / 2**20, [names[id(p)] for p in b.parameters()])
-            for b in ddp.reducer._get_zeros_like_grad_buckets()]  # fmt: skip
+    return [
+        (b.buffer().numel() * 4 / 2**20, [names[id(p)] for p in b.parameters()])
+        for b in ddp.reducer._get_zeros_like_grad_buckets()
+    ]
 
 
 def test_ddp_keeps_gradients_in_its_buckets_and_sends_less_after_the_backward(tmp_path):
@@ -294,8 +332,11 @@ def test_ddp_keeps_gradients_in_its_buckets_and_sends_less_after_the_backward(tm
         for kind in ("ours", "pytorch"):
             model = build_model(cfg)
             names = {id(p): n for n, p in model.named_parameters()}
-            ddp = wrap_ddp(model, torch.device("cpu")) if kind == "ours" else torch.nn.parallel.DistributedDataParallel(
-                model, gradient_as_bucket_view=True)  # fmt: skip
+            ddp = (
+                wrap_ddp(model, torch.device("cpu"))
+                if kind == "ours"
+                else torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+            )
             for _ in range(2):  # the buckets are rebuilt in the order the first backward produced the gradients
                 ddp(ids, None, types, masked(ids, attention), torch.tensor(1.0), torch.tensor(1.0)).loss.backward()
             layouts[kind] = _reduced_buckets(ddp, names)
@@ -325,8 +366,21 @@ def test_resume_on_another_corpus_is_refused_the_same_corpus_moved_resumes(tmp_p
     first = prepared_synthetic_corpus(tmp_path / "a", num_documents=40, vocab_size=300)
     other = prepared_synthetic_corpus(tmp_path / "b", num_documents=50, vocab_size=300)
     run = tmp_path / "run"
-    args = ["pretrain", "--config", "tiny", "--batch-size", "8", "--log-every", "2", "--eval-every", "1000",
-            "--set", "train.eval_batches=1", "--out", str(run)]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--batch-size",
+        "8",
+        "--log-every",
+        "2",
+        "--eval-every",
+        "1000",
+        "--set",
+        "train.eval_batches=1",
+        "--out",
+        str(run),
+    ]
     run_cli(*args, "--data", str(first), "--max-steps", "2", "--save-every", "2", check=True)
     recorded = json.loads((run / "run.json").read_text())["data_digests"]
     assert recorded["tokenizer_sha256"] == json.loads((first / "metadata.json").read_text())["tokenizer_sha256"]

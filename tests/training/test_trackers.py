@@ -86,9 +86,29 @@ def wandb_values(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
 
 def test_pretrain_logs_metrics_jsonl_to_tensorboard_and_wandb(tmp_path, wandb_offline, capsys):
     run = tmp_path / "run"
-    args = ["pretrain", "--config", "tiny", "--out", str(run), "--max-steps", "30", "--log-every", "10",
-            "--eval-every", "15", "--save-every", "30", "--batch-size", "8", "--set", "train.eval_batches=1",
-            "--device", "cpu", "--tensorboard", "--wandb"]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        str(run),
+        "--max-steps",
+        "30",
+        "--log-every",
+        "10",
+        "--eval-every",
+        "15",
+        "--save-every",
+        "30",
+        "--batch-size",
+        "8",
+        "--set",
+        "train.eval_batches=1",
+        "--device",
+        "cpu",
+        "--tensorboard",
+        "--wandb",
+    ]
     assert cli_main(args) == 0
     expected = jsonl_values(run / "metrics.jsonl")
     steps = {key: [s for s, _ in pairs] for key, pairs in expected.items()}
@@ -108,9 +128,31 @@ def test_a_resumed_run_logs_each_step_once(tmp_path, wandb_offline):
     then hold each step once (the killed session's events past the checkpoint purged, as metrics.jsonl is
     trimmed), and W&B must continue the same run."""
     run = tmp_path / "run"
-    args = ["pretrain", "--config", "tiny", "--out", str(run), "--max-steps", "12", "--save-every", "3",
-            "--eval-every", "4", "--log-every", "2", "--batch-size", "4", "--set", "train.eval_batches=1",
-            "--device", "cpu", "--tensorboard", "--wandb", "--resume", "auto"]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        str(run),
+        "--max-steps",
+        "12",
+        "--save-every",
+        "3",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "2",
+        "--batch-size",
+        "4",
+        "--set",
+        "train.eval_batches=1",
+        "--device",
+        "cpu",
+        "--tensorboard",
+        "--wandb",
+        "--resume",
+        "auto",
+    ]
     killed = run_cli(*args, env={ENV: "evaluate@2"})  # after step 8's evaluation is logged
     assert killed.returncode == KILLED, killed.stderr[-2000:]
     assert max(s for pairs in tensorboard_values(run / "tensorboard").values() for s, _ in pairs) == 8  # past step 6
@@ -122,8 +164,9 @@ def test_a_resumed_run_logs_each_step_once(tmp_path, wandb_offline):
     run_id = (run / "wandb" / "run_id").read_text().strip()
     # offline-run-TIME-ID, one per session, the same W&B run (W&B adds "-1" when both start within one second)
     sessions = sorted(run.glob("wandb/offline-run-*"))
-    assert len(sessions) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", d.name)
-                                      for d in sessions), sessions  # fmt: skip
+    assert len(sessions) == 2 and all(
+        re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", d.name) for d in sessions
+    ), sessions
     # what the killed session logged may not have reached its file (W&B buffers); the resumed one logs from step 7
     resumed = wandb_run(sessions[1] / f"run-{run_id}.wandb")
     assert resumed["run"]["run_id"] == run_id
@@ -152,9 +195,26 @@ def test_glue_logs_each_run_to_its_own_tracker_run(tmp_path, wandb_offline, caps
     the sweep's group with the resolved FinetuneConfig; both equal the run's metrics.jsonl (the training loss
     every 10 steps, the final dev metrics)."""
     glue, model, out = write_glue(tmp_path / "glue"), make_run(tmp_path / "model"), tmp_path / "sweep"
-    args = ["glue", "--model", str(model), "--glue-dir", str(glue), "--tasks", "rte,wnli", "--seeds", "2",
-            "--out", str(out), "--no-progress", "--batch-size", "4", "--max-steps", "25",
-            "--tensorboard", "--wandb"]  # fmt: skip
+    args = [
+        "glue",
+        "--model",
+        str(model),
+        "--glue-dir",
+        str(glue),
+        "--tasks",
+        "rte,wnli",
+        "--seeds",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "25",
+        "--tensorboard",
+        "--wandb",
+    ]
     assert cli_main(args) == 0
     cfg = dataclasses.asdict(FinetuneConfig(batch_size=4, max_steps=25))
     runs = {wb["run"]["display_name"]: wb for wb in wandb_runs(out)}
@@ -182,10 +242,36 @@ def test_a_study_logs_every_pretraining_and_fine_tuning_run(tmp_path):
 
     task = write_synthetic_tasks(tmp_path / "tasks")[0]
     out = tmp_path / "study"
-    args = ["study", "--out", str(out), "--base", "tiny", "--set", "train.batch_size=8", "--set", "train.log_every=4",
-            "--set", "train.eval_every=8", "--set", "train.eval_batches=1", "--set", "train.save_every=8",
-            "--vary", "objective.kind=electra,none", "--budget", "steps=8", "--tasks", str(task), "--seeds", "1",
-            "--finetune-set", "finetune.max_steps=12", "--device", "cpu", "--tensorboard"]  # fmt: skip
+    args = [
+        "study",
+        "--out",
+        str(out),
+        "--base",
+        "tiny",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.log_every=4",
+        "--set",
+        "train.eval_every=8",
+        "--set",
+        "train.eval_batches=1",
+        "--set",
+        "train.save_every=8",
+        "--vary",
+        "objective.kind=electra,none",
+        "--budget",
+        "steps=8",
+        "--tasks",
+        str(task),
+        "--seeds",
+        "1",
+        "--finetune-set",
+        "finetune.max_steps=12",
+        "--device",
+        "cpu",
+        "--tensorboard",
+    ]
     assert cli_main(args) == 0
     pretrain = out / "runs" / "kind=electra" / "pretrain"
     assert tensorboard_values(pretrain / "tensorboard") == as_float32(jsonl_values(pretrain / "metrics.jsonl"))

@@ -101,8 +101,9 @@ HF_NAMES = {  # (our prefix, reference model, its prefix); the shared embeddings
 
 def hf_name(ours: str, position: str) -> list[tuple[str, str]]:
     """(model, parameter) in the reference for one of our parameters."""
-    pairs = [(which, theirs + ours[len(prefix) :]) for prefix, which, theirs in HF_NAMES[position]
-             if ours.startswith(prefix)]  # fmt: skip
+    pairs = [
+        (which, theirs + ours[len(prefix) :]) for prefix, which, theirs in HF_NAMES[position] if ours.startswith(prefix)
+    ]
     assert pairs, f"no transformers counterpart for {ours}"
     return pairs
 
@@ -169,8 +170,10 @@ def test_training_step_equals_the_transformers_reference(variant, tmp_path):
     torch.testing.assert_close(out.loss, loss, **TOL, msg="total loss")
 
     # (RoFormer's sinusoid table is fixed by design, not a weight we train: nothing to compare)
-    theirs = {"disc": {n: p for n, p in disc.named_parameters() if not n.endswith("embed_positions.weight")},
-              "gen": {n: p for n, p in gen.named_parameters() if not n.endswith("embed_positions.weight")}}  # fmt: skip
+    theirs = {
+        "disc": {n: p for n, p in disc.named_parameters() if not n.endswith("embed_positions.weight")},
+        "gen": {n: p for n, p in gen.named_parameters() if not n.endswith("embed_positions.weight")},
+    }
     used = set()
     for name, p in ours.named_parameters():
         pairs = hf_name(name, position)

@@ -1,0 +1,256 @@
+"""A study's grid: its spec, the settings it expands to, and the steps each gets under the budget."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+import logging
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from electra.config import ConfigError, PretrainConfig, load_config
+from electra.data.corpus import TOKENIZER_FILE
+from electra.data.synthetic import synthetic_tokenizer_info
+from electra.data.tokenizer import tokenizer_info
+from electra.modeling.flops import off_train_flops
+from electra.training.loop import plan_step
+from electra.training.precision import resolve_device
+from electra.training.timing import make_pretrain_step, sync
+
+log = logging.getLogger("electra.study")
+
+
+BUDGET_KINDS = ("steps", "flops", "seconds")
+
+
+CALIBRATION_STEPS = 5  # timed steps per setting for a seconds budget (after 2 untimed)
+
+
+@dataclass
+class StudySpec:
+    """Everything that defines a study; study.json keeps it, and a rerun must ask for the same."""
+
+    out: str
+    base: str = "tiny"
+    """Pretraining preset or YAML file every setting starts from."""
+    overrides: list[str] = field(default_factory=list)
+    """`section.key=value` for every setting."""
+    vary: list[str] = field(default_factory=list)
+    """`section.key=v1,v2,...`, repeatable: the settings are the product of the lists."""
+    settings: list[str] = field(default_factory=list)
+    """Named settings instead of (or after) a grid: `NAME:key=value;key=value`, e.g. `mlm:objective.kind=mlm` or
+    `electra-T3:objective.temperature=3` (`NAME:` alone: the base config)."""
+    budget: str = "steps"
+    """`steps`, `flops=F`, `seconds=S` or `steps=N` (plain `steps`: the base config's max_steps)."""
+    data: str | None = None
+    """A prepared corpus (data.path); None: the built-in synthetic language."""
+    tasks: str = "sst2,mrpc,rte,wnli"
+    glue_dir: str | None = None
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    recipe: str = "off"
+    """The fine-tuning recipe (electra glue --recipe)."""
+    finetune_overrides: list[str] = field(default_factory=list)
+    description: str = ""
+    parallel: int = 1
+    """Pretraining runs at once (CPU threads are split between them)."""
+    device: str | None = None
+    loggers: list[str] = field(default_factory=list)
+    """Trackers every pretraining and fine-tuning run also logs to (tensorboard, wandb), as `electra pretrain` and
+    `electra glue` do: RUN/tensorboard, and one W&B run per pretraining run and per fine-tuning (task, seed)."""
+    progress: bool = True
+    """Progress bars (pretraining, and the fine-tuning phase's)."""
+
+
+# the fields that may change between a study's invocations without changing what it computes
+_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers", "progress")
+
+
+@dataclass
+class Setting:
+    name: str
+    values: dict[str, str]
+    """What the grid set for this setting: key -> value as written."""
+    kind: str
+    """objective.kind: electra, mlm or none."""
+    steps: int = 0
+    seconds_per_step: float | None = None
+    """Measured for a seconds budget."""
+
+    def overrides(self, spec: StudySpec) -> list[str]:
+        values = [f"{k}={v}" for k, v in self.values.items() if k != "objective.kind" or v != "none"]
+        steps = [f"train.max_steps={self.steps}"] if self.steps else []
+        data = [f"data.path={spec.data}"] if spec.data else []
+        # the tokenizer's vocabulary, as the run will resolve it: so that the budget's FLOPs are the run's
+        vocab = [f"model.vocab_size={vocabulary_size(spec.data)}"]
+        return [*spec.overrides, *data, *vocab, *values, *steps]
+
+    def config(self, spec: StudySpec) -> PretrainConfig:
+        return load_config(spec.base, self.overrides(spec))
+
+
+@functools.cache
+def vocabulary_size(data: str | None) -> int:
+    """The vocabulary of the corpus's tokenizer (the built-in synthetic one without `data`)."""
+    if data is None:
+        return synthetic_tokenizer_info().vocab_size
+
+    return tokenizer_info(Path(data) / TOKENIZER_FILE).vocab_size
+
+
+def grid(spec: StudySpec) -> list[Setting]:
+    """The settings: the product of the --vary lists, in the order given, then the named --setting entries (one
+    setting, the base config, when neither is given)."""
+    axes = []
+    for item in spec.vary:
+        key, sep, values = item.partition("=")
+        choices = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not choices:
+            raise ConfigError(f"--vary {item!r}: expected section.key=value1,value2,...")
+        axes.append((key.strip(), choices))
+    settings = []
+    if axes or not spec.settings:
+        for combo in itertools.product(*(choices for _, choices in axes)):
+            values = {key: value for (key, _), value in zip(axes, combo, strict=True)}
+            name = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items()) or "base"
+            settings.append(Setting(name, values, kind=values.get("objective.kind", "electra")))
+    for item in spec.settings:
+        name, sep, rest = item.partition(":")
+        pairs = [p.strip() for p in rest.split(";") if p.strip()]
+        if not sep or not name.strip() or any("=" not in p for p in pairs) or any(c in name for c in "/\\ "):
+            raise ConfigError(f"--setting {item!r}: expected NAME:section.key=value;section.key=value")
+        values = dict(p.split("=", 1) for p in pairs)
+        values = {k.strip(): v.strip() for k, v in values.items()}
+        settings.append(Setting(name.strip(), values, kind=values.get("objective.kind", "electra")))
+    if len({s.name for s in settings}) != len(settings):
+        raise ConfigError("two settings get the same name; vary keys with distinct last parts, or rename a --setting")
+    return settings
+
+
+def parse_budget(text: str) -> tuple[str, float | None]:
+    kind, _, value = text.partition("=")
+    if kind not in BUDGET_KINDS:
+        raise ConfigError(f"--budget {text!r}: expected steps[=N], flops=F or seconds=S")
+    if not value:
+        if kind != "steps":
+            raise ConfigError(f"--budget {text!r}: {kind} needs a value, e.g. {kind}=1e14")
+        return kind, None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"--budget {text!r}: {value!r} is not a number") from None
+    if not number > 0:
+        raise ConfigError(f"--budget {text!r}: must be positive")
+    return kind, number
+
+
+def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
+    """Give every setting its number of optimizer steps under the budget (0 for objective.kind=none)."""
+
+    kind, value = parse_budget(spec.budget)
+    pretraining = [s for s in settings if s.kind != "none"]
+    for s in settings:
+        if s.kind == "none":
+            s.steps = 0
+            continue
+        cfg = s.config(spec)
+        if kind == "steps":
+            s.steps = int(value) if value is not None else cfg.train.max_steps
+        elif kind == "flops":
+            s.steps = int(value // off_train_flops(cfg, 1))
+        else:  # timed with the threads each of the --parallel workers will have
+            with worker_threads(max(1, min(spec.parallel, len(pretraining))), spec.device):
+                s.seconds_per_step = seconds_per_step(cfg, spec.device)
+            s.steps = int(value // s.seconds_per_step)
+        if s.steps < 1:
+            raise ConfigError(f"setting {s.name}: the budget {spec.budget} does not pay for one step")
+
+
+def warn_unequal_generator_sweep(settings: list[Setting]) -> None:
+    """The study compared generator sizes at equal steps (250k each); a FLOPs or seconds budget gives a larger
+    generator fewer steps, which is another comparison: said before anything runs."""
+    sizes = [s for s in settings if "model.generator_fraction" in s.values]
+    if len({s.steps for s in sizes}) > 1:
+        steps = ", ".join(f"{s.name}: {s.steps:,}" for s in sizes)
+        log.warning(
+            "the generator sizes get unequal steps under this budget (%s); the study compared them at equal "
+            "steps: use --budget steps=N for its comparison",
+            steps,
+        )
+
+
+def seconds_per_step(cfg: PretrainConfig, device: str | None) -> float:
+    """Median seconds of the step `electra pretrain` will run for `cfg` on `device`: the loop's `train_step` in
+    the precision, compile mode and micro-batches the run resolves (electra.training.loop.plan_step)."""
+
+    step = calibration_step(cfg, device)
+    warmup = 3 if step.settings["compile"] else 2  # type: ignore[attr-defined]
+    times = []
+    for i in range(warmup + CALIBRATION_STEPS):
+        sync(step.device)  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        step(i)
+        sync(step.device)  # type: ignore[attr-defined]
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def calibration_step(cfg: PretrainConfig, device: str | None):
+    """`electra.training.timing.make_pretrain_step` set up as the run will be (one process, the whole batch)."""
+
+    dev = resolve_device(device)
+    plan = plan_step(cfg, cfg.train.batch_size, dev)
+    step = make_pretrain_step(
+        "ours", cfg, cfg.train.batch_size, dev, plan.precision.name, plan.compiled, micro_batch=plan.micro_batch
+    )
+    step.device = dev  # type: ignore[attr-defined]
+    return step
+
+
+def fingerprint(spec: StudySpec) -> str:
+    fields = {k: v for k, v in dataclasses.asdict(spec).items() if k not in _NOT_FINGERPRINTED}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def spec_differences(saved: dict, spec: StudySpec) -> list[str]:
+    """`key: saved -> asked` for each fingerprinted field a rerun changed."""
+    asked = dataclasses.asdict(spec)
+    return [
+        f"{k}: {saved.get(k)!r} -> {asked[k]!r}"
+        for k in asked
+        if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]
+    ]
+
+
+def run_dir(spec: StudySpec, setting: Setting) -> Path:
+    return Path(spec.out) / "runs" / setting.name
+
+
+def pretrained(run: Path, steps: int) -> bool:
+    meta = run / "run.json"
+    return meta.exists() and json.loads(meta.read_text()).get("step") == steps
+
+
+@contextlib.contextmanager
+def worker_threads(workers: int, device: str | None):
+    """Time steps with the threads one of `workers` CPU worker processes will have (electra/study/run.py and
+    electra/glue/sweep.py give each its share of the cores)."""
+    import torch
+
+    on_cpu = device == "cpu" or (device in (None, "auto") and not torch.cuda.is_available())
+    if workers == 1 or not on_cpu:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
