@@ -49,13 +49,24 @@ def _sessions_cell(row: dict) -> str:
     return "; ".join(parts) or "–"
 
 
+def _precision_cell(e: Entry) -> str:
+    """The precision the run used and whether its fp32 matmuls ran in TF32 (run.json); ? where a run older than
+    those keys does not say."""
+    if e.pretrain is None:
+        return "–"
+    meta = e.pretrain.meta
+    precision = meta.get("precision") or "?"
+    tf32 = meta.get("tf32")
+    return f"{precision}, TF32 {'?' if tf32 is None else ('on' if tf32 else 'off')}"
+
+
 def compute_table(entries: list[Entry]) -> list[str]:
     lines = [
         "### Table 1: compute per experiment",
         "",
-        "| model | objective | steps | tokens | FLOPs | pfs-days (FLOPs) | GPUs | device per session | pretraining h "
-        "| fine-tuning h | pfs-days (wall clock) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | objective | steps | tokens | FLOPs | pfs-days (FLOPs) | GPUs | device per session | precision "
+        "| pretraining h | fine-tuning h | pfs-days (wall clock) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
         if e.pretrain is None and not e.baseline:
@@ -64,7 +75,8 @@ def compute_table(entries: list[Entry]) -> list[str]:
         wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
         lines.append(
             f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
-            f"{r['gpus']} | {_sessions_cell(r)} | {_hours(r['hours'])} | {_hours(r['finetune_hours'])} | "
+            f"{r['gpus']} | {_sessions_cell(r)} | {_precision_cell(e)} | {_hours(r['hours'])} | "
+            f"{_hours(r['finetune_hours'])} | "
             f"{wall} |"
         )
     return lines + [
@@ -73,8 +85,9 @@ def compute_table(entries: list[Entry]) -> list[str]:
         "flops` prints for these steps). pfs-days (FLOPs): those FLOPs / (10^15 × 86,400). pfs-days (wall clock): "
         'the study\'s convention (OpenAI "AI and Compute": days × GPUs × peak TFLOP/s × 0.33 / 1000, as `electra '
         "flops --days D --device X` computes it), summed over the run's sessions; – where a session's device has "
-        "no peak in modeling/flops.py (a CPU). GPUs: the most any session ran on (0: CPUs only). Fine-tuning h: all "
-        "seeds and tasks of the model's GLUE sweep.",
+        "no peak in modeling/flops.py (a CPU). GPUs: the most any session ran on (0: CPUs only). Precision: what the "
+        "run resolved train.precision to and whether its fp32 matmuls ran in TF32 (run.json; ? for runs older than "
+        "those keys). Fine-tuning h: all seeds and tasks of the model's GLUE sweep.",
         "",
     ]
 

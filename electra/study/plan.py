@@ -31,6 +31,7 @@ from electra.modeling.electra import ElectraModel
 from electra.modeling.flops import off_train_flops
 from electra.study.grid import pretrained, run_dir, seconds_per_step, worker_threads
 from electra.training.optim import clip_and_step
+from electra.training.precision import resolve_device, resolve_precision, tf32_on
 from electra.training.timing import sync, synthetic_batch
 from electra.utils.wording import budget, duration, plural
 
@@ -46,6 +47,8 @@ class SettingPlan:
     flops: float
     seconds: float | None
     """Estimated pretraining seconds (None: nothing left to do)."""
+    precision: str = ""
+    """The precision the run will use, as `electra pretrain` resolves train.precision on this device, and TF32."""
 
 
 @dataclass
@@ -94,10 +97,12 @@ def make_plan(spec, settings) -> Plan:
             cfg = s.config(spec)
             flops = off_train_flops(cfg, s.steps) if s.steps else 0.0
             if s not in todo:
-                rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None))
+                rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None, run_precision(cfg, spec.device)))
                 continue
             per_step = s.seconds_per_step or seconds_per_step(cfg, spec.device)
-            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps))
+            rows.append(
+                SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps, run_precision(cfg, spec.device))
+            )
     tasks, step = finetune_lengths(spec), None
     if tasks:
         cfg = settings[0].config(spec)
@@ -171,6 +176,13 @@ def finetune_step_seconds(cfg, spec, length: int) -> float:
     return statistics.median(times)
 
 
+def run_precision(cfg, device: str | None) -> str:
+    """ "bf16, TF32 off" etc.: what `electra pretrain` will resolve for `cfg` on the study's device."""
+    dev = resolve_device(device)
+    precision = resolve_precision(cfg.train.precision, dev, cfg.model.discriminator.hidden_size).name
+    return f"{precision}, TF32 {'on' if tf32_on(dev, cfg.train.tf32) else 'off'}"
+
+
 def plan_lines(plan: Plan, out: str) -> list[str]:
     """The plan as printed: one line per setting, the fine-tuning runs, the estimated wall time."""
     width = max(len(s.name) for s in plan.settings)
@@ -182,7 +194,10 @@ def plan_lines(plan: Plan, out: str) -> list[str]:
             when = "pretrained already"
         else:
             when = f"about {duration(s.seconds)}"
-        lines.append(f"   {s.name:<{width}}  {s.kind:<7} {plural(s.steps, 'step'):>14}  {s.flops:9.3g} FLOPs  {when}")
+        how = f"  {s.precision}" if s.precision and s.kind != "none" else ""
+        lines.append(
+            f"   {s.name:<{width}}  {s.kind:<7} {plural(s.steps, 'step'):>14}  {s.flops:9.3g} FLOPs{how}  {when}"
+        )
     runs = plural(plan.finetune_runs, "fine-tuning run")
     per_task = ", ".join(f"{t} {plural(n, 'step')}" for t, n in plan.tasks.items())
     lines.append(

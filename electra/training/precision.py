@@ -140,6 +140,11 @@ def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractCon
     return contextlib.nullcontext()
 
 
+def tf32_on(device: torch.device, asked: bool = True) -> bool:
+    """Whether fp32 matmuls run in TF32 on `device` when `asked` (train.tf32 / finetune.tf32): CUDA >= 8.0 only."""
+    return asked and device.type == "cuda" and torch.cuda.get_device_capability(device) >= BF16_MIN_CUDA_CAPABILITY
+
+
 def enable_tf32(device: torch.device, asked: bool = True) -> bool:
     """TF32 matmuls and convolutions for every fp32 path on Ampere and later (10-bit mantissa inputs, fp32
     accumulation: what PyTorch's own AMP guide recommends for fp32 training there), unless `asked` is False

@@ -122,7 +122,8 @@ def test_table_1_holds_each_runs_compute_from_its_files(sweep):
     for name in ("g0.25", "g1", "mlm"):
         run = read_pretrain_run(sweep / "runs" / name / "pretrain")
         results = json.loads((sweep / "runs" / name / "glue" / "results.json").read_text())
-        _, kind, steps, tokens, flops, pfs, gpus, devices, hours, tuning, wall = table[name]
+        _, kind, steps, tokens, flops, pfs, gpus, devices, precision, hours, tuning, wall = table[name]
+        assert precision == f"{run.meta['precision']}, TF32 off"  # what the run resolved; no TF32 on a CPU
         assert (kind, steps, tokens) == (run.kind, "16", f"{16 * 8 * run.cfg.data.seq_len:,}")
         assert float(flops) == pytest.approx(off_train_flops(run.cfg, 16), rel=5e-3)
         assert float(pfs) == pytest.approx(off_train_flops(run.cfg, 16) / PFS_DAY, rel=5e-3)
@@ -331,7 +332,14 @@ def test_table_1_claims_no_gpu_for_a_cpu_session_and_says_1_step(tmp_path):
     assert table([("cpu", 1, 0), ("NVIDIA H200", 2, 1)], 5) == ["2", "cpu (1 step); NVIDIA H200 ×2 (4 steps)"]
     baseline = Entry("none", None, None, baseline=True)  # random initialisation: no pretraining, no GPU
     (row,) = rows("\n".join(compute_table([baseline])), "### Table 1: compute per experiment")
-    assert row[6:8] == ["0", "–"]
+    assert row[6:9] == ["0", "–", "–"]
+    old = Entry("old", PretrainRun(tmp_path, load_config("tiny"), {"step": 1, "sessions": []}, [], []), None)
+    (row,) = rows("\n".join(compute_table([old])), "### Table 1: compute per experiment")
+    assert row[8] == "?, TF32 ?"  # a run older than the keys: said, not guessed
+    meta = {"step": 1, "sessions": [], "precision": "bf16", "tf32": True}
+    new = Entry("new", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), None)
+    (row,) = rows("\n".join(compute_table([new])), "### Table 1: compute per experiment")
+    assert row[8] == "bf16, TF32 on"
 
 
 def test_table_4_warns_when_generator_sizes_ran_unequal_steps(tmp_path):
