@@ -142,14 +142,18 @@ def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractCon
 
 def tf32_on(device: torch.device, asked: bool = True) -> bool:
     """Whether fp32 matmuls run in TF32 on `device` when `asked` (train.tf32 / finetune.tf32): CUDA >= 8.0 only."""
-    return asked and device.type == "cuda" and torch.cuda.get_device_capability(device) >= BF16_MIN_CUDA_CAPABILITY
+    return asked and _tf32_capable(device)
+
+
+def _tf32_capable(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= BF16_MIN_CUDA_CAPABILITY
 
 
 def enable_tf32(device: torch.device, asked: bool = True) -> bool:
     """TF32 matmuls and convolutions for every fp32 path on Ampere and later (10-bit mantissa inputs, fp32
     accumulation: what PyTorch's own AMP guide recommends for fp32 training there), unless `asked` is False
     (train.tf32 / finetune.tf32: then plain fp32, switched off explicitly). Returns whether TF32 is on."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < BF16_MIN_CUDA_CAPABILITY:
+    if not _tf32_capable(device):
         return False
     torch.backends.cuda.matmul.allow_tf32 = asked
     torch.backends.cudnn.allow_tf32 = asked
