@@ -57,7 +57,7 @@ from electra.training.precision import (
 )
 from electra.training.prefetch import Prefetcher
 from electra.training.step import Window, train_step
-from electra.training.stopping import StopVote, agree_on_collapse, agree_on_failure
+from electra.training.stopping import FAILED, StopVote, agree_on_collapse, agree_on_failure
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
 from electra.utils.files import FolderLock, folder_lock, write_atomic
@@ -345,6 +345,7 @@ def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, m
 def host_step_batches(run: Run, step: int) -> list[dict]:
     """This process's micro-batches of global step `step` on the host (pinned for a GPU): the part that the
     prefetch thread computes ahead, touching no device."""
+    failpoint("batches")
     first = step * run.cfg.train.batch_size + run.rank * run.per_rank
     ids = np.arange(first, first + run.per_rank, dtype=np.int64)
     pin = run.device.type == "cuda"
@@ -459,13 +460,26 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     )
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
     prefetch = prefetch_batches(run, meta.step)
+    data_error, last = None, None  # this rank's failure to read its batches; the last batches it read
     try:
         for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
             set_learning_rate(run.optimizer, lr)
             if cfg.objective.temperature_start is not None:
                 run.raw_model.set_temperature(temperature_at(step, cfg.objective))
-            batches, masked = step_batches(run, step, prefetch.get(step))
+            if data_error is None:
+                try:
+                    batches, masked = step_batches(run, step, prefetch.get(step))
+                except Exception as err:
+                    if run.world == 1 or last is None:
+                        raise
+                    # This rank alone cannot read its batches (the others are about to wait for it in the step's
+                    # all-reduce): it steps on its last batches so that the collectives still line up, votes
+                    # FAILED, and every rank leaves at an agreement before anything of these steps is saved.
+                    data_error, vote.failed = err, True
+            if data_error is not None:
+                batches, masked = last
+            last = batches, masked
             out = train_step(
                 run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast, t.grad_clip
             )
@@ -476,39 +490,40 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             bar.update(1)
 
             signalled = vote.cast() or None  # the same on every rank: a signal any rank got by the previous step
+            if signalled == FAILED:  # a rank could not read its batches: all leave here (it raises, they say so)
+                agree_on_failure(data_error, run.rank, run.world)
             log_now = done % t.log_every == 0 or done == t.max_steps
             save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
             if log_now or save_now:  # the non-finite counts are read here, not in the step
                 window.settle_nonfinite(meta, t.max_nonfinite, done, run.run_dir)
             eval_now = done % t.eval_every == 0 or done == t.max_steps
-            error = None  # of the work rank 0 does alone: every rank learns of it below and leaves at this step
-            try:
-                if log_now:
-                    row = window.row(cfg, run.world, meta, done, lr)
-                    if run.main_process:
-                        write_metrics(run.run_dir, row, writers)
-                        bar.set_postfix(progress_fields(cfg, row))
-                if eval_now and run.main_process:
-                    watch_collapse(
-                        run.raw_model,
-                        run.data,
-                        cfg,
-                        run.tokens,
-                        run.device,
-                        run.autocast,
-                        meta,
-                        run.run_dir,
-                        writers,
-                        done,
-                        run.per_rank // run.accum,
-                    )
-                    failpoint("evaluate")
-            except Exception as err:
-                error = err
-            if log_now or eval_now:
+            error = data_error  # or of the work rank 0 does alone: every rank learns of it below and leaves here
+            if error is None:
+                try:
+                    if log_now:
+                        row = window.row(cfg, run.world, meta, done, lr)
+                        if run.main_process:
+                            write_metrics(run.run_dir, row, writers)
+                            bar.set_postfix(progress_fields(cfg, row))
+                    if eval_now and run.main_process:
+                        watch_collapse(
+                            run.raw_model,
+                            run.data,
+                            cfg,
+                            run.tokens,
+                            run.device,
+                            run.autocast,
+                            meta,
+                            run.run_dir,
+                            writers,
+                            done,
+                            run.per_rank // run.accum,
+                        )
+                        failpoint("evaluate")
+                except Exception as err:
+                    error = err
+            if log_now or eval_now or save_now:  # before a save: no step run on stand-in batches is ever saved
                 agree_on_failure(error, run.rank, run.world)
-            elif error is not None:
-                raise error
             if eval_now:
                 meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
             if signalled is not None:

@@ -28,6 +28,9 @@ import torch.distributed as dist
 from electra.utils.errors import RankFailedError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+FAILED = 255
+"""The vote's value when a rank failed in work that it cannot share (reading its batches): larger than any signal,
+so the max over ranks says "stop" and that it was a failure."""
 REPEAT_GRACE_S = 2.0
 """A repeated signal within this many seconds of the first is the same request delivered twice (ignored); a later
 one kills the process at once."""
@@ -41,6 +44,8 @@ class StopVote:
         self.local = 0
         """The signal this process received (0: none); set by the handler."""
         self._first_at = 0.0  # time.monotonic() of that signal
+        self.failed = False
+        """This process failed (set by the loop): the next cast says FAILED instead of its signal."""
         self._previous: dict[signal.Signals, object] = {}
         # Made once: a step uploads nothing (fill_ takes the flag as a kernel argument) and reads the host copy
         # through a numpy view, not through a tensor read.
@@ -69,10 +74,11 @@ class StopVote:
         self._previous = {}
 
     def cast(self) -> int:
-        """Return the result of the previous cast (the signal every rank now agrees to stop for, or 0: the same on
-        every rank at the same step), then reduce this rank's flag over the ranks (one 4-byte all-reduce, max)."""
+        """Return the result of the previous cast (the signal every rank now agrees to stop for, FAILED, or 0: the
+        same on every rank at the same step), then reduce this rank's flag over the ranks (one 4-byte all-reduce,
+        max)."""
         agreed = self._read()
-        self._flag.fill_(self.local)
+        self._flag.fill_(FAILED if self.failed else self.local)
         if self.world > 1:
             dist.all_reduce(self._flag, op=dist.ReduceOp.MAX)
         if self._event is not None:

@@ -5,10 +5,13 @@ moment loses nothing (tests/test_reliability_*.py). Without the environment vari
     ELECTRA_FAILPOINT="evaluate@2,prepare.commit@1"        several points, comma-separated
     ELECTRA_FAILPOINT="write_atomic:result.json@1=enospc"  raise OSError(ENOSPC) there instead of dying
 
+    ELECTRA_FAILPOINT_RANK=1                               only in the process whose RANK (torchrun's) is 1
+
 NAME@COUNT[=ACTION]: fire at the COUNT-th time (default 1) this process reaches NAME; ACTION is kill (SIGKILL,
 default) or enospc. The points (grep `failpoint(`): checkpoint.write:FILE (before each file of a checkpoint is
 written), checkpoint.commit (the checkpoint folder renamed into place, older ones not yet pruned), evaluate (after a
-held-out evaluation was logged, before the checkpoint of that step), prepare.write (before each batch of tokens is
+held-out evaluation was logged, before the checkpoint of that step), batches (each step's batches read on the host,
+in the prefetch thread), prepare.write (before each batch of tokens is
 appended), prepare.commit (between moving the old prepared folder away and the new one into place),
 write_atomic:FILE (before the temporary file is renamed over FILE).
 """
@@ -20,13 +23,14 @@ import os
 import signal
 
 ENV = "ELECTRA_FAILPOINT"
+RANK_ENV = "ELECTRA_FAILPOINT_RANK"
 _hits: dict[str, int] = {}
 
 
 def failpoint(name: str) -> None:
     """Fail here if ELECTRA_FAILPOINT names this point and its count is reached; otherwise return at once."""
     spec = os.environ.get(ENV)
-    if not spec:
+    if not spec or os.environ.get(RANK_ENV, os.environ.get("RANK", "0")) != os.environ.get("RANK", "0"):
         return
     for item in spec.split(","):
         point, _, rest = item.strip().partition("@")

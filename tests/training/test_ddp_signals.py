@@ -280,6 +280,34 @@ def test_an_error_on_rank_0_alone_stops_every_rank_at_once_with_one_line_and_the
     assert json.loads((run / "run.json").read_text())["step"] == 4
 
 
+@pytest.mark.slow
+def test_a_rank_that_cannot_read_its_batches_stops_every_rank_before_a_save_and_the_last_checkpoint_resumes(tmp_path):
+    """Rank 1's read of step 3's batches fails (ENOSPC at a failpoint, rank 1 only): rank 0 is then waiting for
+    it in the step's all-reduce. Rank 1 steps on its last batches and votes FAILED; both leave at step 4, before
+    its checkpoint (nothing of a stand-in step is saved): rank 1 with its error, rank 0 with one line and no
+    traceback. The checkpoint of step 2 resumes to the end."""
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    args = [*COMMON, "--save-every", "2", "--eval-every", "100", "--log-every", "100", "--max-steps", "6"]
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29637"]
+    launch += ["--redirects", "3", "--log-dir", str(logs), "-m", "electra.cli"]
+    env = {faults.ENV: "batches@4=enospc", faults.RANK_ENV: "1"}  # steps 0, 1, 2 read; step 3's fails
+    start = time.monotonic()
+    result = run_python(*launch, *args, "--out", str(run), env=env, timeout=300)
+    assert result.returncode != 0 and time.monotonic() - start < 120
+    (err0,), (err1,) = (list(logs.rglob(f"attempt_0/{r}/stderr.log")) for r in (0, 1))
+    rank0, rank1 = err0.read_text(), err1.read_text()
+    assert "error: [Errno 28] No space left on device (failpoint batches)" in rank1 and "failed" not in rank1
+    lines = [line for line in rank0.splitlines() if "failed" in line]
+    assert lines == [
+        "electra pretrain: error: rank 1 failed: OSError: [Errno 28] No space left on device (failpoint batches)"
+    ]
+    assert "Traceback" not in rank0
+    assert [int(c.name.split("_")[-1]) for c in list_checkpoints(run)] == [2]
+    resumed = torchrun(2, 29638, *args, "--out", str(run), "--resume", "auto", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["step"] == 6
+
+
 def _fail_alone(rank: int, world: int, init_file: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
