@@ -112,14 +112,18 @@ def glue_table(entries: list[Entry]) -> list[str]:
         "| model | " + " | ".join(tasks) + " | paper | glue | study |",
         "|---|" + "---|" * (len(tasks) + 3),
     ]
+    notes = _Notes()
     for e in with_glue:
         stats = task_stats(e.glue)
         cells = [_glue_cell(e.glue, t, stats.get(t)) for t in tasks]
         agg = e.glue.get("scores", {})
         cells += [fmt(agg.get(k)) for k in ("paper", "glue", "study")]
-        lines.append(f"| {e.name} | " + " | ".join(cells) + " |")
+        changes = max_steps_changes(e.pretrain.meta) if e.pretrain is not None else []
+        name = e.name + _bound_marks(finetune_cap(e), changes, notes)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
+        *(x for line in notes.under() for x in (line, "")),
         "The aggregate columns are `electra glue`'s three scores (docs/glue.md); each is empty unless "
         "every task it needs was run.",
         "",
@@ -226,20 +230,25 @@ class _Notes:
         return [f"[{i}] {line}" for i, line in enumerate(self.lines, start=1)]
 
 
+def _bound_marks(cap: int | None, changes: list[tuple[int, int]], notes: _Notes) -> str:
+    """The marks of what bounds a model's scores: a fine-tuning cap, a `train.max_steps` changed on resume."""
+    marks = ""
+    if cap is not None:
+        marks += notes.mark(
+            f"fine-tuning capped at {plural(cap, 'step')} per task (`finetune.max_steps`), not the recipe's epochs."
+        )
+    for step, steps in changes:
+        marks += notes.mark(
+            f"`train.max_steps` changed to {steps:,} on resume at step {step:,}; the learning-rate schedule "
+            "changed there."
+        )
+    return marks
+
+
 def _our_efficiency_row(p: dict, tasks: list[str], average: str, notes: _Notes) -> str:
     """One row of ours: score per pfs-day over the tasks above chance only (the at-chance ones measure no
     pretraining), and marks where fine-tuning was capped or the run's `train.max_steps` changed on resume."""
-    score = f"{p['score']:.2f}"
-    if p.get("finetune_cap") is not None:
-        score += notes.mark(
-            f"fine-tuning capped at {plural(p['finetune_cap'], 'step')} per task "
-            "(`finetune.max_steps`), not the recipe's epochs."
-        )
-    for step, steps in p.get("max_steps_changes", []):
-        score += notes.mark(
-            f"`train.max_steps` changed to {steps:,} on resume at step {step:,}; the "
-            "learning-rate schedule changed there."
-        )
+    score = f"{p['score']:.2f}" + _bound_marks(p.get("finetune_cap"), p.get("max_steps_changes", []), notes)
     above = p.get("above_chance", tasks)
     if not above:
         per_pfs = "–, no task above chance"

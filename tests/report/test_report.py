@@ -136,7 +136,7 @@ def test_table_1_holds_each_runs_compute_from_its_files(sweep):
 def test_table_2_and_the_glue_figure_hold_every_seeds_statistics_and_chance(sweep):
     report = sweep / "report"
     text = (report / "report.md").read_text()
-    table = {r[0]: r for r in rows(text, "### Table 2: GLUE dev per task")}
+    table = {r[0].split(" [")[0]: r for r in rows(text, "### Table 2: GLUE dev per task")}  # without the marks
     figure = side(report, "glue")["panels"][0]
     for name in ("g0.25", "g1", "mlm", "none"):
         results = json.loads((sweep / "runs" / name / "glue" / "results.json").read_text())
@@ -473,7 +473,7 @@ def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_t
 def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_bounds_each_score(tmp_path):
     """A task at chance level measures no pretraining: score per pfs-day averages the others (said under the
     table), or says there are none; a capped fine-tuning and a `train.max_steps` changed on resume are marked next
-    to the score they bound, each with its line under the table."""
+    to the score they bound (and next to the model's GLUE numbers in Table 2), each with its line under the table."""
     study = fake_study(tmp_path / "s", {"part": {}, "flat": {}, "none": {"rte": [50.0] * 3, "sst2": [50.0] * 3}})
     glue = study / "runs"
     scores = {"rte": [60.0, 62.0, 64.0], "sst2": [70.0, 72.0, 74.0]}
@@ -504,6 +504,11 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
     assert "[1] fine-tuning capped at 200 steps per task (`finetune.max_steps`), not the recipe's epochs." in text
     assert "[2] `train.max_steps` changed to 40 on resume at step 20; the learning-rate schedule changed there." in text
     assert "[3] score per pfs-day averages the tasks above chance only (sst2; rte at chance level, left out)." in text
+    # and in Table 2, next to the GLUE numbers they bound, with their lines under it
+    glue_rows = {r[0]: r for r in rows(text, "### Table 2: GLUE dev per task")}
+    assert "part [1] [2]" in glue_rows and "flat" in glue_rows
+    table2 = text[text.index("### Table 2") : text.index("### Table 3")]
+    assert "[1] fine-tuning capped at 200 steps per task" in table2 and "[2] `train.max_steps` changed" in table2
 
 
 def test_a_summary_without_common_tasks_says_why_in_a_sentence(tmp_path):
