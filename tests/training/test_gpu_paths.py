@@ -224,7 +224,11 @@ def test_the_memory_estimate_counts_the_sampler_and_the_process_and_is_resolved(
     assert more(["objective.disallow_correct=true"]) == pytest.approx(1)
     assert sampler_copies(cfg, "bf16") == sampler_copies(cfg, "fp32") + 1  # the fp32 copy of 16-bit logits
     # what the process holds beyond the step, on either device (the CPU's: the interpreter, torch, the data)
-    assert estimate_peak_bytes(cfg, 8, "fp32", "cpu") - estimate_peak_bytes(cfg, 8, "fp32", "meta") == 0.75 * 2**30
+    # and on a CPU the larger margin for glibc's fragmentation across micro-batches
+    tensors = estimate_peak_bytes(cfg, 8, "fp32", "meta") / MARGIN["cuda"]  # no device: the step's tensors alone
+    assert estimate_peak_bytes(cfg, 8, "fp32", "cpu") == pytest.approx(0.75 * 2**30 + MARGIN["cpu"] * tensors)
+    assert estimate_peak_bytes(cfg, 8, "fp32", "cuda") == pytest.approx(0.75 * 2**30 + MARGIN["cuda"] * tensors)
+    assert MARGIN["cpu"] >= 1.75
     # a 6 GB card accumulates at batch 128 in bf16
     six = load_config("small", ["train.max_memory_gb=6"])
     micro = micro_batch_size(six, 128, "bf16", torch.device("cuda", 0))
