@@ -20,11 +20,13 @@ is finished and resumes the rest bit for bit (pretraining from its checkpoints, 
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import logging
 import os
 import shutil
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -159,6 +161,8 @@ def _pretrain_worker(
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
     meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)
+    if _study_pid is not None and os.getppid() != _study_pid:  # the study died: no one to report to, or to wait for
+        os._exit(128 + int(signal.SIGTERM))
     return meta.step
 
 
@@ -209,7 +213,8 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
         f"== pretraining {plural(len(todo), 'setting')}, {workers} at a time ({plural(threads, 'thread')} each)",
         flush=True,
     )
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, context, initializer=_stop_with_the_study, initargs=(os.getpid(),)) as pool:
         futures = [
             pool.submit(
                 _pretrain_worker,
@@ -225,6 +230,26 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
         steps = [f.result() for f in futures]  # re-raises a worker's error
     for (s, _), step in zip(todo, steps, strict=True):
         _stop_if_short(s, step)
+
+
+_study_pid: int | None = None
+"""In a pretraining worker: the study's process (`_stop_with_the_study`)."""
+
+
+def _stop_with_the_study(study_pid: int) -> None:
+    """A pretraining worker's first act: ask Linux to SIGTERM it when the study's process dies, so that a study
+    killed alone (`kill PID`, a session's end that signals only it) leaves no orphan training on: each worker
+    saves a checkpoint and stops, as on a SIGTERM of its own, then exits; the same command continues the study."""
+    global _study_pid
+    _study_pid = study_pid
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc (macOS, musl): the workers outlive a killed study there
+        return
+    PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != study_pid:  # the study died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class StudyStopped(Exception):

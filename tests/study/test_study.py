@@ -229,6 +229,41 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path, midw
         assert without_seconds(a) == without_seconds(b), name  # only the wall-clock seconds differ
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.slow
+def test_a_study_killed_alone_stops_its_pretraining_workers_with_a_checkpoint(tasks, tmp_path):
+    """SIGTERM to the study's process only (not its group) while two pretraining workers run: the workers get a
+    SIGTERM of their own, save a checkpoint saying so and exit, instead of training on as orphans."""
+    out = tmp_path / "s"
+    args = ["study", "--out", str(out), "--base", "tiny", "--budget", "steps=3000", "--parallel", "2"]
+    args += ["--setting", "electra:", "--setting", "mlm:objective.kind=mlm", "--tasks", tasks, "--seeds", "1"]
+    args += [a for o in PRETRAIN for a in ("--set", o)]
+    proc = start_cli(*args)
+    metrics = [out / "runs" / name / "pretrain" / "metrics.jsonl" for name in ("electra", "mlm")]
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not all(m.exists() for m in metrics):
+        time.sleep(0.05)
+    workers = [c for c in _children(proc.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+    assert len(workers) == 2 and proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    deadline = time.time() + 120
+    while time.time() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{w}").exists() for w in workers), "a worker trained on after the study died"
+    for name in ("electra", "mlm"):
+        run = out / "runs" / name / "pretrain"
+        state = json.loads((run / "run.json").read_text())
+        assert state["stopped_by_signal"] == signal.SIGTERM and 0 < state["step"] < 3000, name
+        assert list_checkpoints(run)[-1].name == f"step_{state['step']:08d}"
+
+
 @pytest.mark.slow
 def test_parallel_pretraining_equals_sequential(study, tasks, tmp_path):
     """Worker processes compute what the study computes in one process: the same data, masks and initial weights
