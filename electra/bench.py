@@ -15,7 +15,6 @@ full-vocabulary generator logits at every position; `--impl both` alternates the
 
 from __future__ import annotations
 
-import resource
 import statistics
 import time
 import traceback
@@ -33,7 +32,7 @@ from electra.glue.optim import build_optimizer as glue_optimizer
 from electra.modeling.electra import ElectraModel
 from electra.modeling.flops import finetune_step_flops, pretrain_step_flops
 from electra.training.loop import keep_freed_memory_in_heap
-from electra.training.memory import estimate_peak_bytes
+from electra.training.memory import estimate_peak_bytes, process_peak_bytes
 from electra.training.optim import clip_and_step
 from electra.training.precision import DTYPES, autocast_for, enable_tf32
 from electra.training.timing import make_pretrain_step, sync, synthetic_batch
@@ -104,8 +103,8 @@ def time_alternating(
 def peak_memory(device: torch.device) -> dict[str, float | str]:
     if device.type == "cuda":
         return {"peak_memory_gb": torch.cuda.max_memory_allocated(device) / 2**30, "peak_memory_kind": "allocated"}
-    # ru_maxrss is in KiB on Linux: the whole process, so with --impl both it is the larger of the two and more
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    # the whole process, so with --impl both it is the larger of the two and more
+    rss = process_peak_bytes() / 2**30
     return {"peak_memory_gb": rss, "peak_memory_kind": "process max RSS"}
 
 

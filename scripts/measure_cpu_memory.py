@@ -4,7 +4,7 @@ Each point runs in a fresh process: the `small` preset at length 128 on the prep
 sets the vocabulary: OFF's 30,522 for the real shape; without --data, the built-in corpus's few hundred), one step
 of `micro` sequences (or of `--batch` sequences in micro-batches of `micro`), one held-out evaluation, the
 checkpoint and the HF export. It prints, per point, the process's resident memory before the run (interpreter,
-torch), its peak (ru_maxrss), the difference and the estimate.
+torch), its peak (VmHWM), the difference and the estimate.
 
     .venv/bin/electra tokenizer train --kind wordpiece --vocab-size 30522 --out runs/tok30k TEXT
     .venv/bin/electra data prepare --tokenizer runs/tok30k --out runs/data30k TEXT
@@ -26,7 +26,7 @@ from pathlib import Path
 from electra.config import load_config
 from electra.training.checkpoint import read_config
 from electra.training.loop import pretrain
-from electra.training.memory import estimate_peak_bytes
+from electra.training.memory import estimate_peak_bytes, process_peak_bytes
 micro, precision, data, batch = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 cfg = load_config("small", [f"train.batch_size={batch or micro}", f"train.micro_batch_size={micro}",
                             "train.max_steps=1", "train.eval_every=1",
@@ -39,7 +39,7 @@ before = rss()
 with tempfile.TemporaryDirectory() as out:
     pretrain(cfg, out, device="cpu", progress=False)
     cfg = read_config(Path(out) / "config.yaml")  # the vocabulary the tokenizer set
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = process_peak_bytes()
 print(json.dumps({"batch": batch or micro, "micro": micro, "precision": precision, "vocab": cfg.model.vocab_size,
                   "before_gib": before / 2**30, "peak_gib": peak / 2**30, "step_gib": (peak - before) / 2**30,
                   "estimate_gib": estimate_peak_bytes(cfg, micro, precision, "cpu") / 2**30}))

@@ -19,10 +19,8 @@ import ctypes
 import dataclasses
 import logging
 import os
-import resource
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +43,7 @@ from electra.training import resume as training_state
 from electra.training.batches import host_batch, masked_batch, to_device
 from electra.training.checkpoint import RunMeta
 from electra.training.evaluation import watch_collapse
-from electra.training.memory import estimate_peak_bytes
+from electra.training.memory import estimate_peak_bytes, process_peak_bytes
 from electra.training.optim import build_optimizer, learning_rate, set_learning_rate
 from electra.training.precision import (
     Precision,
@@ -379,11 +377,11 @@ def export_for_transformers(run: Run) -> None:
 
 def record_memory(run: Run, meta: RunMeta) -> None:
     """The peak so far (no device sync), beside the estimate that `setup` recorded: on CUDA the peak allocated, on
-    the CPU the process's peak resident memory (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    the CPU the process's peak resident memory (`process_peak_bytes`)."""
     if run.device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(run.device)
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        peak = process_peak_bytes()
     meta.peak_memory_gb = round(peak / 2**30, 3)
 
 

@@ -31,6 +31,10 @@ torch.cuda.max_memory_allocated of the real loop; `electra bench pretrain` print
 
 from __future__ import annotations
 
+import resource
+import sys
+from pathlib import Path
+
 from electra.config import PretrainConfig
 from electra.modeling.flops import parameter_count
 
@@ -73,3 +77,16 @@ def estimate_peak_bytes(
     head = copies * cfg.num_mask_slots * b * cfg.model.vocab_size * 4
     tensors = 16 * parameter_count(cfg) + activations + head
     return MARGIN.get(device_type, MARGIN["cuda"]) * tensors + PROCESS_BYTES.get(device_type, 0.0)
+
+
+def process_peak_bytes() -> int:
+    """This process's peak resident memory: VmHWM of /proc/self/status on Linux, since its ru_maxrss carries over
+    from the parent through fork and exec (a run started by a large process, a study or a test runner, would show
+    at least that process's size); ru_maxrss elsewhere (KiB on Linux, bytes on macOS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)

@@ -245,8 +245,8 @@ def test_a_cpu_run_under_a_memory_budget_peaks_within_it_and_under_its_estimate(
     a CPU), under the estimate run.json records, and not absurdly far below it."""
     out = tmp_path / "run"
     child = (
-        "import resource, sys; from electra.cli import main; rc = main(sys.argv[1:]); "
-        "print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024); sys.exit(rc)"
+        "import sys; from electra.cli import main; from electra.training.memory import process_peak_bytes; "
+        "rc = main(sys.argv[1:]); print('peak', process_peak_bytes()); sys.exit(rc)"
     )
     args = ["pretrain", "--config", "small", "--batch-size", "128", "--max-memory-gb", "1.5", "--max-steps", "1"]
     args += ["--eval-every", "1", "--precision", "fp32", "--device", "cpu", "--quiet", "--out", str(out)]

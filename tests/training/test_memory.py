@@ -12,6 +12,7 @@ from electra.modeling.flops import parameter_count
 from electra.training.checkpoint import read_config
 from electra.training.loop import micro_batch_size, pretrain
 from electra.training.memory import estimate_peak_bytes
+from tests.helpers import run_python
 
 
 @pytest.mark.parametrize("preset", ["tiny", "cpu", "small", "small++"])  # cpu: rotary positions, no table
@@ -60,3 +61,19 @@ def test_run_json_records_the_budget_the_estimate_the_micro_batch_and_the_peak_o
     assert run["memory_estimate_gb"] == round(estimate_peak_bytes(cfg, micro, "fp32", "cpu") / 2**30, 3) > 0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # this process ran the run
     assert 0.1 < run["peak_memory_gb"] <= rss + 1e-3
+
+
+@pytest.mark.slow
+def test_a_run_records_its_own_peak_not_the_one_its_parent_handed_down():
+    """On Linux a child's ru_maxrss starts at its parent's size (it survives fork and exec): a run started by a
+    large process (a study's workers, the test runner late in the suite) would record that size as its peak.
+    `process_peak_bytes` is the process's own high-water mark."""
+    big = bytearray(768 * 2**20)
+    big[::4096] = b"\x01" * len(big[::4096])  # touched: resident
+    code = (
+        "import resource; from electra.training.memory import process_peak_bytes; "
+        "print(process_peak_bytes() / 2**30, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)"
+    )
+    own, carried = (float(x) for x in run_python("-c", code, check=True).stdout.split())
+    assert carried > 0.75 and own < 0.5
+    del big
