@@ -20,7 +20,6 @@ is finished and resumes the rest bit for bit (pretraining from its checkpoints, 
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import logging
@@ -54,6 +53,7 @@ from electra.training.checkpoint import RunMeta, checkpoint_dir, list_checkpoint
 from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
+from electra.utils.processes import stop_with_parent
 from electra.utils.wording import plural
 
 log = logging.getLogger("electra.study")
@@ -237,19 +237,11 @@ _study_pid: int | None = None
 
 
 def _stop_with_the_study(study_pid: int) -> None:
-    """A pretraining worker's first act: ask Linux to SIGTERM it when the study's process dies, so that a study
-    killed alone (`kill PID`, a session's end that signals only it) leaves no orphan training on: each worker
-    saves a checkpoint and stops, as on a SIGTERM of its own, then exits; the same command continues the study."""
+    """A pretraining worker's first act (see `stop_with_parent`): it saves a checkpoint and stops when the study's
+    process dies, then exits (`_pretrain_worker`); the same command continues the study."""
     global _study_pid
     _study_pid = study_pid
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc (macOS, musl): the workers outlive a killed study there
-        return
-    PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-    if os.getppid() != study_pid:  # the study died before the request was made
-        os.kill(os.getpid(), signal.SIGTERM)
+    stop_with_parent(study_pid)
 
 
 class StudyStopped(Exception):

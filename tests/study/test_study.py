@@ -265,6 +265,28 @@ def test_a_study_killed_alone_stops_its_pretraining_workers_with_a_checkpoint(ta
 
 
 @pytest.mark.slow
+def test_a_study_killed_alone_in_fine_tuning_leaves_no_glue_worker_running(tasks, tmp_path):
+    """The fine-tuning phase's `python -m electra.glue.sweep` workers stop when the study's process dies alone;
+    before, they fine-tuned on as orphans."""
+    out = tmp_path / "s"
+    args = ["study", "--out", str(out), "--base", "tiny", "--budget", "steps=8", "--parallel", "2"]
+    args += ["--setting", "electra:", "--setting", "mlm:objective.kind=mlm", "--tasks", tasks, "--seeds", "2"]
+    args += [a for o in PRETRAIN for a in ("--set", o)] + ["--finetune-set", "finetune.epochs=100000"]  # runs on
+    proc = start_cli(*args)
+    deadline, workers = time.time() + 300, []
+    while time.time() < deadline and proc.poll() is None and len(workers) < 2:
+        workers = [c for c in _children(proc.pid) if "electra.glue.sweep" in Path(f"/proc/{c}/cmdline").read_text()]
+        time.sleep(0.1)
+    assert len(workers) == 2 and proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    deadline = time.time() + 60
+    while time.time() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{w}").exists() for w in workers), "a GLUE worker ran on after the study died"
+
+
+@pytest.mark.slow
 def test_parallel_pretraining_equals_sequential(study, tasks, tmp_path):
     """Worker processes compute what the study computes in one process: the same data, masks and initial weights
     (threads may differ, and with them the order of floating-point sums: equal to rounding)."""
