@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -147,6 +148,30 @@ def start_cli(*args: str, env: Mapping[str, str] | None = None, **kwargs) -> sub
     unless `stdout`/`stderr` say otherwise. Other keywords go to subprocess.Popen."""
     streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **kwargs}
     return subprocess.Popen(cli_command(*args), env=child_env(env), cwd=ROOT, **streams)
+
+
+def child_pids(pid: int, marker: str = "") -> list[int]:
+    """The pids of process `pid`'s children (Linux /proc) whose command line contains `marker`."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    out = []
+    for c in children:
+        try:
+            if marker in Path(f"/proc/{c}/cmdline").read_text():
+                out.append(c)
+        except OSError:  # ended meanwhile
+            pass
+    return out
+
+
+def alive(pids: list[int], within: float) -> list[int]:
+    """Those of `pids` still running after waiting up to `within` seconds for all of them to end."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if Path(f"/proc/{p}").exists()]
 
 
 def cli_command(*args: str) -> list[str]:

@@ -20,7 +20,7 @@ from electra.report.write import write_report
 from electra.study.grid import StudySpec, grid
 from electra.study.run import run_study, start
 from electra.training.checkpoint import list_checkpoints
-from tests.helpers import run_cli, start_cli, without_seconds
+from tests.helpers import alive, child_pids, run_cli, start_cli, without_seconds
 
 PRETRAIN = [
     "train.batch_size=8",
@@ -229,13 +229,6 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path, midw
         assert without_seconds(a) == without_seconds(b), name  # only the wall-clock seconds differ
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 @pytest.mark.slow
 def test_a_study_killed_alone_stops_its_pretraining_workers_with_a_checkpoint(tasks, tmp_path):
     """SIGTERM to the study's process only (not its group) while two pretraining workers run: the workers get a
@@ -249,14 +242,11 @@ def test_a_study_killed_alone_stops_its_pretraining_workers_with_a_checkpoint(ta
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not all(m.exists() for m in metrics):
         time.sleep(0.05)
-    workers = [c for c in _children(proc.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+    workers = child_pids(proc.pid, "spawn_main")
     assert len(workers) == 2 and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM
-    deadline = time.time() + 120
-    while time.time() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
-        time.sleep(0.1)
-    assert not any(Path(f"/proc/{w}").exists() for w in workers), "a worker trained on after the study died"
+    assert not alive(workers, within=120), "a worker trained on after the study died"
     for name in ("electra", "mlm"):
         run = out / "runs" / name / "pretrain"
         state = json.loads((run / "run.json").read_text())
@@ -275,15 +265,12 @@ def test_a_study_killed_alone_in_fine_tuning_leaves_no_glue_worker_running(tasks
     proc = start_cli(*args)
     deadline, workers = time.time() + 300, []
     while time.time() < deadline and proc.poll() is None and len(workers) < 2:
-        workers = [c for c in _children(proc.pid) if "electra.glue.sweep" in Path(f"/proc/{c}/cmdline").read_text()]
+        workers = child_pids(proc.pid, "electra.glue.sweep")
         time.sleep(0.1)
     assert len(workers) == 2 and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM
-    deadline = time.time() + 60
-    while time.time() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
-        time.sleep(0.1)
-    assert not any(Path(f"/proc/{w}").exists() for w in workers), "a GLUE worker ran on after the study died"
+    assert not alive(workers, within=60), "a GLUE worker ran on after the study died"
 
 
 @pytest.mark.slow

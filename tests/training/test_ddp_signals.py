@@ -24,7 +24,17 @@ from electra.training.resume import check_same_resume_step
 from electra.training.stopping import StopVote, agree_on_collapse, agree_on_failure
 from electra.utils import faults
 from electra.utils.errors import RankFailedError
-from tests.helpers import ROOT, assert_same_state, child_env, cli_command, cli_main, die_at, run_python, torchrun
+from tests.helpers import (
+    ROOT,
+    assert_same_state,
+    child_env,
+    child_pids,
+    cli_command,
+    cli_main,
+    die_at,
+    run_python,
+    torchrun,
+)
 
 CPU = torch.device("cpu")
 
@@ -88,16 +98,9 @@ COMMON = [
 ]
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def _rank_pid(launcher: int, rank: int) -> int | None:
     """The pid of the worker of `rank` that torchrun started (its environment says RANK=...)."""
-    todo = _children(launcher)
+    todo = child_pids(launcher)
     while todo:
         pid = todo.pop()
         try:
@@ -106,7 +109,7 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
             continue
         if f"RANK={rank}".encode() in env and b"LOCAL_RANK" in b"\0".join(env):
             return pid
-        todo += _children(pid)
+        todo += child_pids(pid)
     return None
 
 
