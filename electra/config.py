@@ -176,8 +176,9 @@ class TrainConfig:
     eps: float = 1e-6
     grad_clip: float = 1.0
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "auto"
-    """auto: bf16 on CUDA compute capability >= 8.0, fp16 with the loss scaler on 7.x; on CPU bf16 only with AMX-BF16
-    and a model wide enough to gain, else fp32 (electra.training.precision). The choice and its reason: RUN/run.json."""
+    """auto: bf16 on CUDA compute capability >= 8.0, fp16 with the loss scaler on 7.x; fp32 on a CPU, where bf16
+    measurably held a model on the token-frequency plateau (electra.training.precision). The choice and its reason:
+    RUN/run.json."""
     tf32: bool = True
     """fp32 matmuls in TF32 on CUDA compute capability >= 8.0 (false: full fp32). Whether it was on: RUN/run.json."""
     compile: bool | None = None

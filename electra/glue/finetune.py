@@ -89,11 +89,11 @@ def prepare(data: TaskData, tokenizer: Tokenizer, cfg: FinetuneConfig) -> Prepar
     return Prepared(data, enc(train), dev, {k: enc(v) for k, v in data.test.items()})
 
 
-def finetune_precision(device: torch.device, precision: str, hidden_size: int) -> str:
-    """ "bf16" or "fp32", as pretraining resolves `precision` (training.precision: bf16 on CUDA >= 8.0 and on AMX
-    CPUs for wide enough models), except that fine-tuning has no loss scaler, so where pretraining's `auto` would
+def finetune_precision(device: torch.device, precision: str) -> str:
+    """ "bf16" or "fp32", as pretraining resolves `precision` (training.precision: `auto` is bf16 on CUDA >= 8.0,
+    fp32 on a CPU), except that fine-tuning has no loss scaler, so where pretraining's `auto` would
     pick fp16 (CUDA 7.x) fine-tuning stays in fp32."""
-    name = resolve_precision(precision, device, hidden_size).name
+    name = resolve_precision(precision, device).name
     return "fp32" if name == "fp16" else name
 
 
@@ -168,7 +168,7 @@ def finetune(
     task = prep.data.task
     start = time.time()
     tf32 = devices.enable_tf32(device, cfg.tf32)  # fp32 matmuls in TF32 on Ampere and later, as in pretraining
-    precision = resolve_precision(cfg.precision, device, pre.cfg.hidden_size)
+    precision = resolve_precision(cfg.precision, device)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run always starts from step 0: no lines of an earlier try
     model = build_model(pre.body_state, pre.cfg, cfg.head, task, seed, cfg.head_init).to(device)
@@ -176,7 +176,7 @@ def finetune(
     n = len(prep.train)
     epochs, total, warmup = run_length(n, task, cfg)
     gen = torch.Generator().manual_seed(seed)  # data order: a function of the seed only
-    amp = devices.autocast_for(finetune_precision(device, cfg.precision, pre.cfg.hidden_size), device)
+    amp = devices.autocast_for(finetune_precision(device, cfg.precision), device)
     scale = target_scale(task, cfg)
 
     history = []
@@ -251,7 +251,7 @@ def predict(model: GlueModel, feats: Features, cfg: FinetuneConfig, device: torc
     out = np.zeros((len(feats), model.classifier.out_proj.out_features), dtype=np.float32)
     for idx in eval_batches(feats, cfg.eval_batch_size):
         batch = collate(feats, idx)
-        with devices.autocast_for(finetune_precision(device, cfg.precision, model.cfg.hidden_size), device):
+        with devices.autocast_for(finetune_precision(device, cfg.precision), device):
             y = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")))
         out[idx] = y.float().cpu().numpy()
     return out

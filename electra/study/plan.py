@@ -179,7 +179,7 @@ def finetune_step_seconds(cfg, spec, length: int) -> float:
 def run_precision(cfg, device: str | None) -> str:
     """ "bf16, TF32 off" etc.: what `electra pretrain` will resolve for `cfg` on the study's device."""
     dev = resolve_device(device)
-    precision = resolve_precision(cfg.train.precision, dev, cfg.model.discriminator.hidden_size).name
+    precision = resolve_precision(cfg.train.precision, dev).name
     return f"{precision}, TF32 {'on' if tf32_on(dev, cfg.train.tf32) else 'off'}"
 
 

@@ -104,7 +104,7 @@ class StepPlan:
 
 def plan_step(cfg: PretrainConfig, per_rank: int, dev: torch.device) -> StepPlan:
     """Resolve train.precision, train.compile and the micro-batch for `per_rank` sequences on `dev`."""
-    precision = resolve_precision(cfg.train.precision, dev, cfg.model.discriminator.hidden_size)
+    precision = resolve_precision(cfg.train.precision, dev)
     return StepPlan(
         precision, resolve_compile(cfg.train.compile, dev), micro_batch_size(cfg, per_rank, precision.name, dev)
     )

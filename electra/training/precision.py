@@ -2,10 +2,12 @@
 rank's GPU), the autocast precision that `auto` resolves to and why, and the fp32 matmul mode on CUDA.
 
 `auto` on CUDA: bf16 on compute capability >= 8.0 (Ampere and later have bf16 tensor cores); on 7.x (V100, T4)
-bf16 is only emulated, so fp16 with the GradScaler. `auto` on CPU: bf16 only where the CPU computes bf16
-natively (AMX-BF16 tiles, Intel Xeon 4th generation on; or AVX512-BF16 dot products, e.g. AMD Zen 4 and 5) and the
-model is wide enough for it to pay (docs/benchmarks.md, "bf16 on CPU"); fp32 elsewhere (e.g. Zen 3, which
-emulates bf16). The decision and its reason go to the run's log and RUN/run.json.
+bf16 is only emulated, so fp16 with the GradScaler. `auto` on a CPU: fp32, even where the CPU computes bf16
+natively (AMX-BF16 tiles, Intel Xeon 4th generation on; AVX512-BF16 dot products, AMD Zen 4 and 5), where bf16
+steps ELECTRA-Small ~1.9x faster: measured, bf16 autocast holds a 256-wide model on the token-frequency plateau
+that fp32 leaves by step ~1000, because on the plateau the gradient that leads off it is smaller than bf16's
+rounding of the activations (docs/benchmarks.md, "bf16 on CPU"). `--precision bf16` still takes it. The decision
+and its reason go to the run's log and RUN/run.json.
 """
 
 from __future__ import annotations
@@ -23,11 +25,6 @@ from electra.utils.errors import InputError
 log = logging.getLogger("electra.devices")
 
 BF16_MIN_CUDA_CAPABILITY = (8, 0)  # Ampere: bf16 tensor cores; 7.x emulates bf16 (slower than fp32)
-CPU_BF16_MIN_HIDDEN = 256
-"""`auto` picks bf16 on a CPU with native bf16 only for a discriminator at least this wide. ELECTRA-Small (hidden
-256) steps clearly faster in bf16 on AMX and AVX512-BF16 CPUs; narrower models gain little or lose (their matmuls
-are too small for the tiles to outweigh autocast's casts): not a gain to change a measured recipe's numerics for
-(`--precision bf16` takes it). The measurements: docs/benchmarks.md, "bf16 on CPU"."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """Linux /proc/cpuinfo flags of native bf16 arithmetic, in the order reported: AMX tiles, AVX-512 dot products."""
 
@@ -98,7 +95,6 @@ def choose_precision(
     *,
     cuda_capability: tuple[int, int] | None = None,
     cpu_bf16: str | None = None,
-    hidden_size: int = 0,
 ) -> Precision:
     """The precision for `asked` (auto, fp32, bf16, fp16) from the facts about the device: a pure function."""
     if asked != "auto":
@@ -113,21 +109,20 @@ def choose_precision(
             return Precision("bf16", f"auto: compute capability {cc[0]}.{cc[1]} >= 8.0 has bf16 tensor cores")
         return Precision("fp16", f"auto: compute capability {cc[0]}.{cc[1]} < 8.0 only emulates bf16; fp16 + scaler")
     if cpu_bf16 is None:
-        return Precision("fp32", "auto: this CPU has neither AMX-BF16 nor AVX512-BF16 (bf16 would be emulated)")
-    if hidden_size < CPU_BF16_MIN_HIDDEN:
-        return Precision(
-            "fp32",
-            f"auto: {cpu_bf16} CPU, but hidden size {hidden_size} < {CPU_BF16_MIN_HIDDEN} gains little from bf16",
-        )
-    return Precision("bf16", f"auto: {cpu_bf16} CPU and hidden size {hidden_size} >= {CPU_BF16_MIN_HIDDEN}")
+        return Precision("fp32", "auto: fp32 on a CPU (this one has neither AMX-BF16 nor AVX512-BF16)")
+    return Precision(
+        "fp32",
+        f"auto: fp32 on a CPU, even with {cpu_bf16}: bf16 autocast can hold a model on the token-frequency plateau "
+        "(docs/benchmarks.md, 'bf16 on CPU'); --precision bf16 takes it",
+    )
 
 
-def resolve_precision(asked: str, device: torch.device, hidden_size: int) -> Precision:
+def resolve_precision(asked: str, device: torch.device) -> Precision:
     """`choose_precision` with the facts of this machine."""
     if device.type == "cuda":
         return choose_precision(asked, "cuda", cuda_capability=torch.cuda.get_device_capability(device))
     native = cpu_native_bf16() if asked == "auto" else None
-    return choose_precision(asked, device.type, cpu_bf16=native, hidden_size=hidden_size)
+    return choose_precision(asked, device.type, cpu_bf16=native)
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
