@@ -37,9 +37,11 @@ def _values(ys: list) -> list[float]:
 
 def _draw_panel(ax, panel: dict) -> list:
     for s in panel.get("lines", []):
-        ax.plot(
+        ax.errorbar(
             s["x"],
             _values(s["y"]),
+            yerr=None if "err" not in s else [0.0 if e is None else e for e in s["err"]],  # None: no interval
+            capsize=3,
             color=s["color"],
             linestyle=s.get("style", "-"),
             marker=s.get("marker"),
@@ -522,6 +524,42 @@ def crossover_data(
             }
         )
     return {"columns": min(2, len(panels)), "panels": panels}
+
+
+def electra_minus_mlm_data(points: list[dict]) -> dict:
+    """ELECTRA − MLM at equal FLOPs against pretraining FLOPs (log), one line per model size in FLOPs order, each
+    difference with its confidence interval as an error bar (none where the test could not run) and zero, no
+    difference, as the reference: where a bar clears zero, one objective beats the other at that confidence.
+    `points`: [{"size", "name", "flops", "delta", "margin", "p"}] with a difference each (electra/report/write.py,
+    from the verdicts)."""
+    lines = []
+    for i, size in enumerate(dict.fromkeys(p["size"] for p in points)):
+        pts = sorted((p for p in points if p["size"] == size), key=lambda p: p["flops"])
+        lines.append(
+            {
+                "label": size,
+                "x": [p["flops"] for p in pts],
+                "y": [p["delta"] for p in pts],
+                "err": [p["margin"] for p in pts],
+                "p": [p["p"] for p in pts],
+                "names": [p["name"] for p in pts],
+                "color": f"C{i}",
+                "marker": "o",
+            }
+        )
+    panel = {
+        "title": "ELECTRA − MLM at equal FLOPs, per model size",
+        "xlabel": "pretraining FLOPs (log)",
+        "xscale": "log",
+        "ylabel": "ELECTRA − MLM (points; bars: 95% interval)",
+        "lines": lines,
+        "hlines": [{"y": 0.0, "color": REFERENCE_COLOUR, "style": "--", "label": "no difference"}],
+    }
+    return {"columns": 1, "panel_size": (PANEL_SIZE[0] * 1.5, PANEL_SIZE[1] * 1.3), "panels": [panel]}
+
+
+def electra_minus_mlm(points: list[dict], path: Path) -> Path:
+    return draw(electra_minus_mlm_data(points), path)
 
 
 def crossover(series, baselines, chance, metrics, path: Path) -> Path:

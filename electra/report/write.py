@@ -51,6 +51,7 @@ def write_report(paths: list[str | Path], out: str | Path | None = None) -> Path
     tasks = common_tasks(entries)
     lines = _header(entries, study, tasks)
     lines += _glue_section(entries, out)
+    lines += _electra_minus_mlm(entries, tasks, out)
     lines += _dynamics_section(entries, out)
     lines += _compute_section(entries, tasks, out)
     lines += _config_section(entries)
@@ -144,9 +145,7 @@ def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
     pretrained = [e for e in entries if e.glue and not e.baseline]
     pairs = [(e, baseline_for(e, entries)) for e in pretrained]
     pairs = [(e, b) for e, b in pairs if b is not None]
-    electra = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "electra"]
-    mlm = [e for e in pretrained if e.pretrain is not None and e.pretrain.kind == "mlm"]
-    matched = [(a, b) for a in electra for b in mlm if a.study == b.study]
+    matched = electra_mlm_pairs(entries)
     if not tasks or not (pairs or matched):
         return []
     lines = [
@@ -175,6 +174,83 @@ def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
             "objective.",
         ]
     return lines
+
+
+def electra_mlm_pairs(entries: list[Entry]) -> list[tuple[Entry, Entry]]:
+    """(ELECTRA, MLM) pretrained and fine-tuned in one study: at its one budget, so at equal FLOPs (across
+    studies they would not be)."""
+    pretrained = [e for e in entries if e.glue and not e.baseline and e.pretrain is not None]
+    electra = [e for e in pretrained if e.pretrain.kind == "electra"]
+    mlm = [e for e in pretrained if e.pretrain.kind == "mlm"]
+    return [(a, b) for a in electra for b in mlm if a.study == b.study]
+
+
+def model_size(e: Entry) -> str:
+    """The discriminator's (for MLM: the masked LM's) shape, e.g. "2 layers, hidden 64"."""
+    d = e.pretrain.cfg.model.discriminator
+    return f"{wording.plural(d.num_layers, 'layer')}, hidden {d.hidden_size}"
+
+
+def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:
+    """With ELECTRA and MLM matched at more than one budget or model size: ELECTRA − MLM per study (the verdicts'
+    difference of seed means, its interval and p), as a table and a figure against pretraining FLOPs with one line
+    per model size: the small-scale counterpart of the paper's claim that ELECTRA's gain over masked-LM
+    pretraining grows as models shrink, which these numbers may confirm or contradict."""
+    pairs = electra_mlm_pairs(entries)
+    if len(pairs) < 2 or not tasks:
+        return []
+
+    def order(pair):
+        d = pair[0].pretrain.cfg.model.discriminator
+        return d.hidden_size, d.num_layers, pair[0].pretrain.flops
+
+    rows, points = [], []
+    for a, b in sorted(pairs, key=order):
+        c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
+        size = model_size(a)
+        points.append(
+            {"size": size, "name": a.name, "flops": a.pretrain.flops, "delta": c.delta, "margin": c.margin, "p": c.p}
+        )
+        if c.concluded:
+            verdict = f"{'ELECTRA' if c.delta > 0 else 'MLM'} better"
+        else:
+            verdict = f"not resolved: {c.reason}"
+        rows.append(
+            f"| {size} | {a.name} − {b.name} | {a.pretrain.flops:.3g} | {'–' if c.delta is None else f'{c.delta:+.1f}'} "
+            f"| {'–' if c.margin is None else f'±{c.margin:.1f}'} | {'–' if c.p is None else _p(c.p)} "
+            f"| {c.seeds if c.seeds is not None else '–'} | {', '.join(c.tasks) or '–'} | {verdict} |"
+        )
+    drawn = [p for p in points if p["delta"] is not None]
+    if drawn:
+        figures.electra_minus_mlm(drawn, out / "electra-minus-mlm.png")
+    return [
+        "",
+        "### ELECTRA − MLM at equal FLOPs, by budget and model size",
+        "",
+        f"Each row: one study's ELECTRA against its MLM (the same FLOPs); the difference of seed means over the tasks "
+        f"compared (both above chance), its {CONFIDENCE:.0%} interval and Welch's p, as in the verdicts.",
+        "",
+        "| model (discriminator) | models | pretraining FLOPs | ELECTRA − MLM (points) | "
+        f"{CONFIDENCE:.0%} interval | p | seeds a side | tasks compared | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        *(
+            [
+                "![ELECTRA − MLM against pretraining FLOPs, one line per model size](electra-minus-mlm.png)",
+                "",
+                f"Bars: the {CONFIDENCE:.0%} interval (electra-minus-mlm.json has each point's p); dashed: no "
+                "difference. A bar that clears zero is a difference at that confidence.",
+                "",
+            ]
+            if drawn
+            else []
+        ),
+    ]
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _rejected(entries: list[Entry]) -> dict[str, str]:

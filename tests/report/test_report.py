@@ -470,6 +470,46 @@ def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_t
     assert not (one / "crossover.json").exists()
 
 
+def test_electra_minus_mlm_is_tabled_and_drawn_by_budget_and_model_size_with_the_verdicts_numbers(tmp_path):
+    """Issue 27's size axis: each study's ELECTRA − MLM (the verdict's difference of seed means, its 95% interval
+    and p), a row per study ordered by size then FLOPs, and a figure with one line per model size in FLOPs order
+    (electra-minus-mlm.json), an error bar of the interval, zero as reference."""
+
+    def study(name, electra, mlm, steps, size=()):
+        root = fake_study(tmp_path / name, {"electra": electra, "mlm": mlm}, data="wiki", kinds={"mlm": "mlm"})
+        for setting, kind in (("electra", []), ("mlm", ["objective.kind=mlm"])):
+            run = root / "runs" / setting / "pretrain"
+            fake_pretrain_run(run, steps[setting], LEARNED, [*size, *kind])
+        return root
+
+    wide = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=2", "model.intermediate_size=512"]
+    small_long = study("small-30m", [80.0, 81.0, 82.0], [79.0, 80.0, 81.0], {"electra": 300, "mlm": 500})
+    small_short = study("small-3m", [60.0, 61.0, 62.0], [65.0, 66.0, 67.0], {"electra": 30, "mlm": 50})
+    big = study("wide-30m", [85.0, 86.0, 87.0], [80.0, 80.5, 81.0], {"electra": 40, "mlm": 60}, wide)
+    report = write_report([small_long, big, small_short], tmp_path / "report")
+    text = (report / "report.md").read_text()
+    table = rows(text, "### ELECTRA − MLM at equal FLOPs, by budget and model size")
+    assert [(r[0], r[1]) for r in table] == [
+        ("2 layers, hidden 64", "small-3m/electra − small-3m/mlm"),
+        ("2 layers, hidden 64", "small-30m/electra − small-30m/mlm"),
+        ("4 layers, hidden 128", "wide-30m/electra − wide-30m/mlm"),
+    ]
+    three, thirty, wide_row = table
+    # the verdicts' numbers: -5.0 (Welch: 3 seeds of std 1 a side, t -6.12, df 4), +1.0 (p 0.29), +5.5
+    assert three[3:6] == ["-5.0", "±2.3", "0.004"] and three[-1] == "MLM better"
+    assert thirty[3:6] == ["+1.0", "±2.3", "0.288"] and thirty[-1].startswith("not resolved: p ≥ 0.05")
+    assert wide_row[3] == "+5.5" and wide_row[-1] == "ELECTRA better" and wide_row[6:8] == ["3", "rte"]
+    (panel,) = side(report, "electra-minus-mlm")["panels"]
+    lines = {line["label"]: line for line in panel["lines"]}
+    small = lines["2 layers, hidden 64"]
+    assert small["names"] == ["small-3m/electra", "small-30m/electra"] and small["x"] == sorted(small["x"])
+    assert small["y"] == pytest.approx([-5.0, 1.0]) and small["err"] == pytest.approx([2.2669, 2.2669], abs=1e-3)
+    assert lines["4 layers, hidden 128"]["y"] == pytest.approx([5.5])
+    assert panel["xscale"] == "log" and [h["y"] for h in panel["hlines"]] == [0.0]
+    alone = write_report([small_long], tmp_path / "alone")  # one pair: the verdict says it all
+    assert not (alone / "electra-minus-mlm.json").exists()
+
+
 def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_bounds_each_score(tmp_path):
     """A task at chance level measures no pretraining: score per pfs-day averages the others (said under the
     table), or says there are none; a capped fine-tuning and a `train.max_steps` changed on resume are marked next
