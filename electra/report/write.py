@@ -215,8 +215,9 @@ def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> lis
             verdict = f"{'ELECTRA' if c.delta > 0 else 'MLM'} better"
         else:
             verdict = f"not resolved: {c.reason}"
+        delta = "–" if c.delta is None else f"{c.delta:+.1f}"
         rows.append(
-            f"| {size} | {a.name} − {b.name} | {a.pretrain.flops:.3g} | {'–' if c.delta is None else f'{c.delta:+.1f}'} "
+            f"| {size} | {a.name} − {b.name} | {a.pretrain.flops:.3g} | {delta} "
             f"| {'–' if c.margin is None else f'±{c.margin:.1f}'} | {'–' if c.p is None else _p(c.p)} "
             f"| {c.seeds if c.seeds is not None else '–'} | {', '.join(c.tasks) or '–'} | {verdict} |"
         )
