@@ -4,7 +4,8 @@ again.
 
 Writes into the report folder (by default STUDY/report or RUN/report): report.md with the study's four tables
 (electra/report/tables.py), its figures as PNG with each figure's data beside it as JSON (electra/report/figures.py):
-glue.png, dynamics-NAME.png (the study's Figure 3), collapse.png (its Figure 2), efficiency.png; and results.json
+glue.png, crossover.png and electra-minus-mlm.png (several budgets or sizes), dynamics-NAME.png (the study's
+Figure 3), collapse.png (its Figure 2), efficiency.png; and results.json
 (the first model's GLUE results in `electra glue`'s schema, every model's under "settings").
 
 Every GLUE comparison carries the gate's verdict (electra/report/results.py) beside the scores, and every claim that one
