@@ -363,7 +363,7 @@ def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch
         flops = off_train_flops(x.config(s), x.steps) if x.steps else 0.0
         assert f"{x.steps:,} step" in row and f"{flops:9.3g} FLOPs" in row
         assert ("no pretraining" in row) if x.kind == "none" else "about" in row
-        if x.kind != "none":  # the precision `electra pretrain` will resolve here: tiny is narrow, fp32 on a CPU
+        if x.kind != "none":  # the precision `electra pretrain` will resolve here: fp32 on a CPU
             assert "FLOPs  fp32, TF32 off  about" in row, row
     assert (
         printed[first + 4] == "   then 12 fine-tuning runs: 3 settings x 2 tasks x 2 seeds (syn-agree 6 steps, "
