@@ -385,28 +385,8 @@ class ElectraForPretraining(nn.Module):
         """
         obj = self.objective
         mask = attention_bias(attention_mask)
-        N = masked.positions.shape[1]
-
-        # Generator: encode the [MASK]ed input, then the head only at the N chosen slots.
-        embedded = self.embeddings(masked.input_ids, token_type_ids)
-        gen_logits, ce = self.generator.at_slots(embedded, mask, masked, self.embeddings.word_embeddings.weight)
+        gen_logits, ce, sampled, disc_input, labels = self.corrupt(input_ids, mask, token_type_ids, masked)
         mlm_sum = (ce * masked.weights).sum()
-
-        # Sample replacements (no gradient flows back into the generator through them).
-        temperature = self.temperature if obj.temperature_start is not None else obj.temperature  # buffer: schedule
-        with without_autocast(gen_logits):  # fp32 sampling, as OFF samples (and fp16 noise: pytorch#41663)
-            sampled = sample_replacements(
-                gen_logits, masked.targets, masked.keys, temperature, obj.disallow_correct, obj.sampler
-            )
-        if obj.uniform_replace_prob > 0:  # easy replacements mixed in: uniform tokens instead of some samples
-            coin = keyed_uniform(masked.keys, N, STREAM_UNIFORM_MIX)
-            random_token = uniform_tokens(masked.keys, N, self.cfg.vocab_size, STREAM_RANDOM_TOKEN)
-            sampled = torch.where(coin < obj.uniform_replace_prob, random_token, sampled)
-        replace = masked.weights > 0
-        if obj.replace == "masked":
-            replace = replace & masked.is_masked
-        disc_input = input_ids.scatter(1, masked.positions, torch.where(replace, sampled, masked.targets))
-        labels = (disc_input != input_ids).float()  # a correct sample counts as original
 
         # Discriminator on the corrupted sequence, every position.
         hd = self.discriminator.electra(self.embeddings(disc_input, token_type_ids), mask)  # (B, T, H)
@@ -421,6 +401,34 @@ class ElectraForPretraining(nn.Module):
         mlm_loss, disc_loss = mlm_sum / mlm_norm, disc_sum / disc_norm
         loss = obj.generator_weight * mlm_loss + obj.discriminator_weight * disc_loss
         return PretrainOutput(loss, mlm_loss, disc_loss, stats, disc_logits.detach(), labels, disc_mask)
+
+    def corrupt(
+        self, input_ids: Tensor, mask: Tensor | None, token_type_ids: Tensor | None, masked: MaskedBatch
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The generator's half of `forward`: its logits (B, N, V) and cross-entropy (B, N) at the N chosen slots,
+        the replacements sampled there (B, N), the sequence the discriminator sees (B, T) and its labels (B, T;
+        1.0 where a token differs from the original: a correct sample counts as original). `mask`: the
+        attention mask as `attention_bias` makes it. Also what scripts/replaced_tokens.py inspects."""
+        obj = self.objective
+        N = masked.positions.shape[1]
+        # Generator: encode the [MASK]ed input, then the head only at the N chosen slots.
+        embedded = self.embeddings(masked.input_ids, token_type_ids)
+        gen_logits, ce = self.generator.at_slots(embedded, mask, masked, self.embeddings.word_embeddings.weight)
+        # Sample replacements (no gradient flows back into the generator through them).
+        temperature = self.temperature if obj.temperature_start is not None else obj.temperature  # buffer: schedule
+        with without_autocast(gen_logits):  # fp32 sampling, as OFF samples (and fp16 noise: pytorch#41663)
+            sampled = sample_replacements(
+                gen_logits, masked.targets, masked.keys, temperature, obj.disallow_correct, obj.sampler
+            )
+        if obj.uniform_replace_prob > 0:  # easy replacements mixed in: uniform tokens instead of some samples
+            coin = keyed_uniform(masked.keys, N, STREAM_UNIFORM_MIX)
+            random_token = uniform_tokens(masked.keys, N, self.cfg.vocab_size, STREAM_RANDOM_TOKEN)
+            sampled = torch.where(coin < obj.uniform_replace_prob, random_token, sampled)
+        replace = masked.weights > 0
+        if obj.replace == "masked":
+            replace = replace & masked.is_masked
+        disc_input = input_ids.scatter(1, masked.positions, torch.where(replace, sampled, masked.targets))
+        return gen_logits, ce, sampled, disc_input, (disc_input != input_ids).float()
 
     @torch.no_grad()
     def _stats(self, mlm_sum, ce, gen_logits, sampled, masked, disc_sum, disc_logits, labels, disc_mask):
