@@ -230,7 +230,8 @@ def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> lis
         "### ELECTRA − MLM at equal FLOPs, by budget and model size",
         "",
         f"Each row: one study's ELECTRA against its MLM (the same FLOPs); the difference of seed means over the tasks "
-        f"compared (both above chance), its {CONFIDENCE:.0%} interval and Welch's p, as in the verdicts.",
+        "compared (those where the higher-scoring model is above chance), its "
+        f"{CONFIDENCE:.0%} interval and Welch's p, as in the verdicts.",
         "",
         "| model (discriminator) | models | pretraining FLOPs | ELECTRA − MLM (points) | "
         f"{CONFIDENCE:.0%} interval | p | seeds a side | tasks compared | verdict |",
