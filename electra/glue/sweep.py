@@ -46,7 +46,7 @@ from electra.training.loop import keep_freed_memory_in_heap
 from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
-from electra.utils.processes import PARENT_ENV, stop_with_parent
+from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
 from electra.utils.wording import plural
 
 log = logging.getLogger("electra.glue")
@@ -402,7 +402,7 @@ def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], 
     out = Path(spec.out)
     path = out / "worker_spec.json"
     write_json(path, dataclasses.asdict(spec))
-    threads = max(1, (os.cpu_count() or 1) // len(devices))  # CPU workers split the cores
+    threads = max(1, usable_cpus() // len(devices))  # CPU workers split the cores
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
     procs = [subprocess.Popen([sys.executable, "-m", "electra.glue.sweep", str(path), dev], env=env) for dev in devices]
     if on_runs is not None:  # the workers' runs end in other processes: count the result.json files they write

@@ -9,7 +9,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from electra.modeling.flops import off_train_flops
 from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
+from electra.utils.processes import usable_cpus
 
 log = logging.getLogger("electra.study")
 
@@ -249,7 +249,7 @@ def worker_threads(workers: int, device: str | None):
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    torch.set_num_threads(max(1, usable_cpus() // workers))
     try:
         yield
     finally:

@@ -53,7 +53,7 @@ from electra.training.checkpoint import RunMeta, checkpoint_dir, list_checkpoint
 from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
-from electra.utils.processes import stop_with_parent
+from electra.utils.processes import stop_with_parent, usable_cpus
 from electra.utils.wording import plural
 
 log = logging.getLogger("electra.study")
@@ -206,7 +206,7 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
             )
             _stop_if_short(s, step)
         return
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, usable_cpus() // workers)
     import multiprocessing
 
     print(

@@ -10,6 +10,16 @@ PARENT_ENV = "ELECTRA_PARENT_PID"
 """Set by a process for the workers it starts: its pid, which `stop_with_parent` checks."""
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, which `taskset`, a cgroup cpuset (SLURM's allocation,
+    `docker --cpuset-cpus`) and a parent's pinning narrow, where `os.cpu_count()` counts the whole machine. Where
+    the platform has no affinity call (macOS), the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def stop_with_parent(parent_pid: int) -> None:
     """Ask Linux to SIGTERM this process when its parent dies (PR_SET_PDEATHSIG), so that a study or a GLUE sweep
     killed alone (`kill PID`, a session's end that signals only it) leaves no orphan worker running on: a

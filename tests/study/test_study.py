@@ -3,8 +3,11 @@ writes, the report's numbers against `electra flops` and the runs' own metrics, 
 and parallel pretraining equal to sequential."""
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -372,6 +375,20 @@ def test_the_study_prints_its_plan_before_it_starts(tmp_path, tasks, monkeypatch
     assert printed[first + 5].startswith(f"   estimated wall time: about {plan.pretrain_seconds + 0.144:.0f} s")
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin a process to one")
+def test_workers_split_the_cpus_the_process_may_use_not_the_machines():
+    """A study or sweep started under `taskset` or in a SLURM / container cpuset gives its workers threads out of
+    the CPUs it may run on: a process pinned to one CPU counts 1 (os.cpu_count() would count the machine's)."""
+    pinned = subprocess.run(
+        [sys.executable, "-c", "from electra.utils.processes import usable_cpus; print(usable_cpus())"],
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(pinned.stdout) == 1 and os.cpu_count() >= 2
+
+
 def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_the_runs(tmp_path, tasks, monkeypatch):
     """--parallel 2 on a CPU: each worker gets half the cores, so steps are timed with that many threads, and the
     wall time is the busiest worker's share (the two pretraining runs at once; the fine-tuning runs halved), not
@@ -380,6 +397,7 @@ def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_t
 
     import electra.study.grid as grid_module
     import electra.study.plan as plan_module
+    import electra.utils.processes as processes_module
 
     threads = []
     for module in (grid_module, plan_module):  # where it is defined, and the plan's name for it
@@ -393,7 +411,7 @@ def test_with_parallel_workers_the_plan_times_each_workers_threads_and_spreads_t
     monkeypatch.setattr(
         plan_module, "finetune_step_seconds", lambda cfg, spec, length: threads.append(torch.get_num_threads()) or 0.002
     )
-    monkeypatch.setattr(grid_module.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(processes_module.os, "sched_getaffinity", lambda pid: set(range(8)))  # 8 usable CPUs
     before = torch.get_num_threads()
     s = spec(tmp_path / "s", tasks, seeds=[0, 1], parallel=2, device="cpu")
     settings = start(s)
