@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from electra.utils.errors import RankFailedError
 
@@ -746,13 +747,27 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{_flag_suggestion(parser, unknown)}")
     try:
-        return run(args) or 0
+        code = run(args) or 0
     except KeyboardInterrupt:
-        return 130
+        code = 130
     except (ValueError, FileNotFoundError, OSError, RankFailedError) as err:
         # Errors we raise for bad input carry the file and line; show them as one line, not a traceback.
         print(f"electra {name}: error: {err}", file=sys.stderr)
-        return 2
+        code = 2
+    if name == "pretrain" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _leave_rank(code)
+    return code
+
+
+def _leave_rank(code: int) -> NoReturn:
+    """A torchrun rank leaves with `code` once its work is saved and its process group destroyed, skipping the
+    interpreter's finalization: gloo's worker threads, still owned by objects only garbage collection frees, can
+    abort the process there ("terminate called without an active exception", SIGABRT), which would replace the
+    rank's exit code (143 after SIGTERM) with -6."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
