@@ -6,6 +6,7 @@ The GLUE fixtures (GLUE folders, custom tasks, tokenizers, run folders) are buil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -13,10 +14,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file
 
 from electra.cli import main as cli_main  # noqa: F401 - `electra ARGS` in this process: the exit code (output: capsys)
@@ -182,6 +184,24 @@ def torchrun(nproc: int, port: int, *args: str, **kwargs) -> subprocess.Complete
     """`electra ARGS` in `nproc` processes under torch.distributed.run (gloo on a CPU), rendezvous on `port`."""
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port)]
     return run_python(*launch, "-m", "electra.cli", *args, **kwargs)
+
+
+@contextlib.contextmanager
+def spawned_gloo_rank(rank: int, world: int, init_file: str) -> Iterator[None]:
+    """The body of a rank started by `torch.multiprocessing.start_processes`: a gloo process group for the block,
+    destroyed after it; when the block succeeds the process then leaves through os._exit(0), as electra.cli does for
+    torchrun ranks. A spawned child otherwise ends in the interpreter's finalization, where gloo threads still owned
+    by objects only the garbage collector frees (DDP's reducer) can abort it: 'terminate called without an active
+    exception', SIGABRT, which start_processes reports as the rank's failure (seen once in CI). An exception in the
+    block propagates as before (start_processes reports it with its traceback)."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # -- what a run left on disk ------------------------------------------------------------------------------------

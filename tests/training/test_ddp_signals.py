@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from electra.training import stopping
@@ -33,6 +32,7 @@ from tests.helpers import (
     cli_main,
     die_at,
     run_python,
+    spawned_gloo_rank,
     torchrun,
 )
 
@@ -40,8 +40,7 @@ CPU = torch.device("cpu")
 
 
 def _ranks(rank: int, world: int, init_file: str, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with spawned_gloo_rank(rank, world, init_file):
         # the stop vote: only rank 1 is signalled, after its first step
         vote = StopVote(CPU, world)
         agreed = []
@@ -60,8 +59,6 @@ def _ranks(rank: int, world: int, init_file: str, out: str) -> None:
         Path(out, f"rank{rank}.json").write_text(
             json.dumps({"agreed": agreed, "collapsed": collapsed, "refused": refused})
         )
-    finally:
-        dist.destroy_process_group()
 
 
 def test_two_ranks_agree_on_a_signal_one_got_on_the_collapse_and_on_the_resume_step(tmp_path):
@@ -312,8 +309,7 @@ def test_a_rank_that_cannot_read_its_batches_stops_every_rank_before_a_save_and_
 
 
 def _fail_alone(rank: int, world: int, init_file: str, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with spawned_gloo_rank(rank, world, init_file):
         agree_on_failure(None, rank, world)  # nobody failed: every rank goes on
         try:
             agree_on_failure(OSError(28, "disk full") if rank == 0 else None, rank, world)
@@ -321,8 +317,6 @@ def _fail_alone(rank: int, world: int, init_file: str, out: str) -> None:
         except (OSError, RankFailedError) as err:
             raised = f"{type(err).__name__}: {err}"
         Path(out, f"rank{rank}.txt").write_text(raised)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_an_error_one_rank_passes_to_the_agreement_is_raised_on_every_rank(tmp_path):

@@ -14,7 +14,7 @@ from electra.modeling import electra as electra_model
 from electra.modeling.electra import RotaryPositions, rotate
 from electra.training.loop import wrap_ddp
 from electra.training.step import train_step
-from tests.helpers import masked, random_batch, tiny_model
+from tests.helpers import masked, random_batch, spawned_gloo_rank, tiny_model
 
 MICRO, B, T = 4, 2, 24  # four micro-batches of two sequences in the global batch
 
@@ -39,8 +39,7 @@ def _steps(model: torch.nn.Module, params: list, parts: list, world: int, steps:
 
 def _rank(rank: int, world: int, init_file: str, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with spawned_gloo_rank(rank, world, init_file):
         torch.manual_seed(0)
         raw = tiny_model().train()
         model = wrap_ddp(raw, torch.device("cpu"))
@@ -48,8 +47,6 @@ def _rank(rank: int, world: int, init_file: str, out: str) -> None:
         _steps(model, list(raw.parameters()), _micro_batches()[rank * per_rank : (rank + 1) * per_rank], world)
         if rank == 0:
             torch.save(raw.state_dict(), out)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
