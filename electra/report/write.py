@@ -292,14 +292,16 @@ def _glue_section(entries: list[Entry], out: Path) -> list[str]:
 
 def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, float], out: Path) -> list[str]:
     """With pretrained models at several budgets and a random-init baseline: each task's score against
-    pretraining FLOPs per objective, beside the baseline's band (figures.crossover)."""
+    pretraining FLOPs per objective, beside the baseline's band (figures.crossover). With more than one model size
+    in the report, one line per objective and size: a larger model at the same FLOPs is another curve, not the
+    next point of the same one."""
     pretrained = [e for e in entries if e.pretrain is not None and not e.baseline and e.pretrain.steps]
     baselines = [{"name": e.name, "scores": task_scores(e.glue)} for e in entries if e.baseline]
+    several_sizes = len({model_size(e) for e in pretrained}) > 1
     series: dict[str, list[dict]] = {}
     for e in pretrained:
-        series.setdefault(e.pretrain.kind, []).append(
-            {"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)}
-        )
+        line = f"{e.pretrain.kind} ({model_size(e)})" if several_sizes else e.pretrain.kind
+        series.setdefault(line, []).append({"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)})
     if not baselines or not any(len({p["flops"] for p in points}) > 1 for points in series.values()):
         return []  # no objective at two budgets: no curve
     figures.crossover(series, baselines, chance, metrics, out / "crossover.png")
@@ -309,10 +311,10 @@ def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, 
         "",
         "![each task's score against pretraining FLOPs, per objective, beside random initialisation](crossover.png)",
         "",
-        "Lines: each objective's median over seeds at each budget (min–max in crossover.json); dashed: random "
-        "initialisation's median, dotted: its min–max; dash-dotted: chance. Where an objective's line clears the "
-        "baseline's band it beats random weights beyond the seeds' spread; a task at chance for every model says "
-        "nothing.",
+        "Lines: each objective's (and model size's) median over seeds at each budget (min–max in crossover.json); "
+        "dashed: random initialisation's median, dotted: its min–max; dash-dotted: chance. Where an objective's "
+        "line clears the baseline's band it beats random weights beyond the seeds' spread; a task at chance for "
+        "every model says nothing.",
         "",
     ]
 

@@ -436,13 +436,14 @@ def test_several_studies_measure_each_model_against_its_own_baseline_and_electra
 
 def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_the_baseline(tmp_path):
     """The crossover figure: per task, one line per objective through its budgets in FLOPs order (median, with
-    min..max in the data), random initialisation's median and min..max band, and chance; read from crossover.json."""
+    min..max in the data), random initialisation's median and min..max band, and chance; read from crossover.json.
+    With two model sizes, one line per objective and size."""
 
-    def study(name, scores, steps, mlm=()):
+    def study(name, scores, steps, mlm=(), size=()):
         root = fake_study(tmp_path / name, scores, data="wiki", kinds=dict.fromkeys(mlm, "mlm"))
         for setting in set(scores) - {"none"}:
             kind = ["objective.kind=mlm"] if setting in mlm else []
-            fake_pretrain_run(root / "runs" / setting / "pretrain", steps[setting], overrides=kind)
+            fake_pretrain_run(root / "runs" / setting / "pretrain", steps[setting], overrides=[*size, *kind])
         return root
 
     long = study(
@@ -468,6 +469,19 @@ def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_t
     assert "crossover.png" in (report / "report.md").read_text()
     one = write_report([long], tmp_path / "one")  # one budget: no curve to draw
     assert not (one / "crossover.json").exists()
+    # a larger model at the 30-minute FLOPs is a line of its own, not a third point on the small model's
+    wide = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=2", "model.intermediate_size=512"]
+    big = study("wide-30m", {"electra": [90.0, 91.0, 92.0]}, {"electra": 40}, size=wide)
+    (panel,) = side(write_report([long, short, big], tmp_path / "sizes"), "crossover")["panels"]
+    lines = {line["label"]: line for line in panel["lines"]}
+    assert set(lines) == {
+        "electra (2 layers, hidden 64)",
+        "mlm (2 layers, hidden 64)",
+        "electra (4 layers, hidden 128)",
+    }
+    assert lines["electra (2 layers, hidden 64)"]["names"] == ["study-3m/electra", "study-30m/electra"]
+    assert lines["electra (4 layers, hidden 128)"]["names"] == ["wide-30m/electra"]
+    assert lines["electra (4 layers, hidden 128)"]["y"] == [91.0]
 
 
 def test_electra_minus_mlm_is_tabled_and_drawn_by_budget_and_model_size_with_the_verdicts_numbers(tmp_path):
