@@ -40,6 +40,7 @@ from electra.training.optim import clip_and_step, scheduled_lr
 from electra.training.precision import resolve_precision
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
+from electra.utils.machine import describe_machine
 
 
 @dataclass
@@ -234,6 +235,7 @@ def finetune(
         "history": history,
         "seconds": round(time.time() - start, 2),
         "device": str(device),
+        "machine": describe_machine(device),
         "precision": "fp32" if precision.name == "fp16" else precision.name,
         "precision_reason": precision.reason,
         "tf32": tf32,

@@ -2,7 +2,8 @@
 
     results.json  the stable interface: {"tasks": {TASK: {"n_train", "n_eval", "metrics": {METRIC: {"median",
                   "mean", "std", "min", "max", "n"}}, "chance": {"metric", "baseline", "margin", "seeds_at_chance",
-                  "n"}, "seconds"}}, "scores": {"paper", "glue", "study"}, "missing": [...]}
+                  "n"}, "seconds", "machines"}}, "scores": {"paper", "glue", "study"}, "missing": [...]}
+                  ("machines": where the seconds were taken, electra.utils.machine)
     results.csv   one row per (task, metric), then the aggregates
     results.md    the same for people, with what each aggregate includes and the chance-level warnings
 
@@ -121,6 +122,7 @@ def summarize(records: list[dict]) -> dict:
             "metrics": {m: stats([r["metrics"][m] for r in runs]) for m in metric_names},
             "chance": chance_summary(runs),
             "seconds": float(sum(r.get("seconds") or 0.0 for r in runs)),
+            "machines": sorted({r["machine"] for r in runs if r.get("machine")}),
         }
         medians[name] = {m: s["median"] for m, s in tasks[name]["metrics"].items()}
         for extra in runs[0].get("extra_metrics", {}):  # MNLI's merged accuracy, for the study score

@@ -424,8 +424,8 @@ def device_peak(name: str) -> float | None:
 
 
 def sessions(meta: dict) -> list[dict]:
-    """The training sessions of a run (a resumed run has several): device, world size, steps and seconds of
-    each; runs logged before run.json kept its sessions: one session on its last device."""
+    """The training sessions of a run (a resumed run has several): device, machine, world size, steps and seconds
+    of each; runs logged before run.json kept its sessions: one session on its last device."""
     raw = meta.get("sessions") or [
         {
             "device": meta.get("device", "unknown"),
@@ -444,6 +444,7 @@ def sessions(meta: dict) -> list[dict]:
         out.append(
             {
                 "device": s["device"],
+                "machine": s.get("machine"),  # None for runs from before run.json recorded it
                 "world_size": s["world_size"],
                 "steps": end["start_step"] - s["start_step"],
                 "seconds": max(0.0, end["start_seconds"] - s["start_seconds"]),
@@ -471,9 +472,16 @@ def finetune_seconds(results: dict | None) -> float | None:
     return sum(t["seconds"] for t in results["tasks"].values())
 
 
+def finetune_machines(results: dict | None) -> list[str]:
+    """The machines a sweep's fine-tuning runs ran on (results.json; none for sweeps written before it kept them)."""
+    tasks = (results or {}).get("tasks", {}).values()
+    return sorted({m for t in tasks for m in t.get("machines", [])})
+
+
 def compute_row(e: Entry) -> dict:
     """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, GPUs (0 for a run on
-    CPUs only), the device of every session, pretraining and fine-tuning hours."""
+    CPUs only), the device and machine of every session, pretraining and fine-tuning hours and the machines of
+    the fine-tuning."""
     tuning = finetune_seconds(e.glue)
     row = {
         "name": e.name,
@@ -487,6 +495,7 @@ def compute_row(e: Entry) -> dict:
         "sessions": [],
         "hours": 0.0,
         "finetune_hours": None if tuning is None else tuning / 3600,
+        "finetune_machines": finetune_machines(e.glue),
     }
     run = e.pretrain
     if run is None:

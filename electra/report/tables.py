@@ -41,12 +41,23 @@ def _hours(hours: float | None) -> str:
 # -- Table 1: compute ------------------------------------------------------------------------------------------
 
 
-def _sessions_cell(row: dict) -> str:
+def _sessions_cell(row: dict, machines: dict[str, str]) -> str:
     parts = [
-        f"{s['device']}" + (f" ×{s['world_size']}" if s["world_size"] > 1 else "") + f" ({plural(s['steps'], 'step')})"
+        f"{s['device']}"
+        + (f" ×{s['world_size']}" if s["world_size"] > 1 else "")
+        + _machine_mark(s["machine"], machines)
+        + f" ({plural(s['steps'], 'step')})"
         for s in row["sessions"]
     ]
     return "; ".join(parts) or "–"
+
+
+def _machine_mark(machine: str | None, machines: dict[str, str]) -> str:
+    """ " [M1]": the machine's key in Table 1's legend, given the next key the first time it is seen; "" for a run
+    that did not record its machine."""
+    if not machine:
+        return ""
+    return f" [{machines.setdefault(machine, f'M{len(machines) + 1}')}]"
 
 
 def _precision_cell(e: Entry) -> str:
@@ -68,19 +79,22 @@ def compute_table(entries: list[Entry]) -> list[str]:
         "| pretraining h | fine-tuning h | pfs-days (wall clock) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    machines: dict[str, str] = {}  # machine -> its key in the legend, in order of first appearance
     for e in entries:
         if e.pretrain is None and not e.baseline:
             continue  # a model from elsewhere: its compute is not ours to report
         r = compute_row(e)
         wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
+        run_sessions = _sessions_cell(r, machines)  # the pretraining's machines take the first keys
+        tuning = _hours(r["finetune_hours"]) + "".join(_machine_mark(m, machines) for m in r["finetune_machines"])
         lines.append(
             f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
-            f"{r['gpus']} | {_sessions_cell(r)} | {_precision_cell(e)} | {_hours(r['hours'])} | "
-            f"{_hours(r['finetune_hours'])} | "
-            f"{wall} |"
+            f"{r['gpus']} | {run_sessions} | {_precision_cell(e)} | {_hours(r['hours'])} | {tuning} | {wall} |"
         )
+    legend = [f"[{key}] {machine}" for machine, key in machines.items()]
     return lines + [
         "",
+        *(["Machines (the times beside each key were taken there): " + "; ".join(legend) + ".", ""] if legend else []),
         "FLOPs by the official ELECTRA accounting (google-research/electra flops_computation.py; what `electra "
         "flops` prints for these steps). pfs-days (FLOPs): those FLOPs / (10^15 × 86,400). pfs-days (wall clock): "
         'the study\'s convention (OpenAI "AI and Compute": days × GPUs × peak TFLOP/s × 0.33 / 1000, as `electra '

@@ -82,8 +82,9 @@ class RunMeta:
     stopped_by_signal: int | None = None
     """The signal (SIGTERM 15, SIGINT 2) that stopped the last session, None when it ran to its end."""
     sessions: list[dict] = dataclasses.field(default_factory=list)
-    """One entry per training session (a resumed run has several): device, world_size, start_step and
-    start_seconds (train_seconds when it started); a session ends where the next one starts."""
+    """One entry per training session (a resumed run has several): device, machine (the CPU's model and threads,
+    or the GPU's name on its host: electra.utils.machine), world_size, start_step and start_seconds (train_seconds
+    when it started); a session ends where the next one starts."""
     precision: str = "unknown"
     """The autocast precision this session resolved train.precision to ..."""
     precision_reason: str = ""

@@ -59,6 +59,7 @@ from electra.training.stopping import FAILED, StopVote, agree_on_collapse, agree
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
 from electra.utils.files import FolderLock, folder_lock, write_atomic
+from electra.utils.machine import describe_machine
 
 log = logging.getLogger("electra.pretrain")
 
@@ -450,6 +451,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     meta.sessions.append(
         {
             "device": meta.device,
+            "machine": describe_machine(run.device),
             "world_size": run.world,
             "start_step": meta.step,
             "start_seconds": meta.train_seconds,

@@ -18,6 +18,7 @@ import pytest
 
 from electra.config import ConfigError, FinetuneConfig, load_finetune_config
 from electra.glue.sweep import SweepSpec, run_sweep, spec_from_dict, write_report_only
+from electra.utils.machine import cpu_model
 from tests.glue_fixtures import GLUE_DATA, make_run, write_custom_task, write_glue
 from tests.helpers import cli_main, start_cli
 
@@ -78,8 +79,9 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
         "syn-agree": ["accuracy", "mcc"],
     }
     for task, entry in r["tasks"].items():
-        assert set(entry) == {"n_train", "n_eval", "metrics", "chance", "seconds"}
+        assert set(entry) == {"n_train", "n_eval", "metrics", "chance", "seconds", "machines"}
         assert entry["seconds"] > 0 and entry["chance"]["n"] == 2
+        assert len(entry["machines"]) == 1 and entry["machines"][0].startswith(cpu_model())  # where the seconds ran
         assert list(entry["metrics"]) == expected_metrics[task]
         assert (entry["n_train"], entry["n_eval"]) == {"mnli": (32, 32), "syn-agree": (64, 32)}.get(task, (32, 16))
         for metric, s in entry["metrics"].items():

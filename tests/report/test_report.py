@@ -5,6 +5,7 @@ data each figure writes beside its PNG, never through pixels)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from electra.report.results import gate, read_pretrain_run
 from electra.report.write import write_report
 from electra.study.grid import StudySpec
 from electra.study.run import run_study
+from electra.utils.machine import cpu_model
 from tests.helpers import fake_pretrain_run, fake_study, glue_results
 
 LEARNED = [{"step": 10, "eval_masked_accuracy": 0.3, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": 0.8}]
@@ -127,9 +129,15 @@ def test_table_1_holds_each_runs_compute_from_its_files(sweep):
         assert (kind, steps, tokens) == (run.kind, "16", f"{16 * 8 * run.cfg.data.seq_len:,}")
         assert float(flops) == pytest.approx(off_train_flops(run.cfg, 16), rel=5e-3)
         assert float(pfs) == pytest.approx(off_train_flops(run.cfg, 16) / PFS_DAY, rel=5e-3)
-        assert gpus == "0" and devices == "cpu (16 steps)" and wall == "–"  # a CPU has no peak: no pfs-days
+        assert gpus == "0" and wall == "–"  # a CPU has no peak: no pfs-days
+        assert re.fullmatch(r"cpu \[M\d\] \(16 steps\)", devices)  # keyed to its machine in the legend
         assert float(hours) == pytest.approx(run.meta["train_seconds"] / 3600, rel=5e-3)
-        assert float(tuning) == pytest.approx(sum(t["seconds"] for t in results["tasks"].values()) / 3600, rel=5e-3)
+        tuning_hours, *marks = tuning.split()
+        assert float(tuning_hours) == pytest.approx(
+            sum(t["seconds"] for t in results["tasks"].values()) / 3600, rel=5e-3
+        )
+        assert marks and all(re.fullmatch(r"\[M\d\]", m) for m in marks)
+    assert f"Machines (the times beside each key were taken there): [M1] {cpu_model()}" in text
 
 
 @pytest.mark.slow
@@ -330,6 +338,31 @@ def test_table_1_claims_no_gpu_for_a_cpu_session_and_says_1_step(tmp_path):
 
     assert table([("cpu", 1, 0)], 1) == ["0", "cpu (1 step)"]
     assert table([("cpu", 1, 0), ("NVIDIA H200", 2, 1)], 5) == ["2", "cpu (1 step); NVIDIA H200 ×2 (4 steps)"]
+
+
+def test_table_1_keys_each_session_and_sweep_to_the_machine_its_times_were_taken_on(tmp_path):
+    """A CPU's model in a legend under Table 1, keyed from the session that ran there and from the fine-tuning
+    hours of a sweep that ran there; each machine once, in order of first appearance."""
+    from electra.config import load_config
+    from electra.report.results import Entry, PretrainRun
+    from electra.report.tables import compute_table
+
+    xeon, epyc = "Intel(R) Xeon(R) Processor (family 6 model 143), 1 thread of 2 cores", "AMD EPYC 9B45, 1 thread"
+    meta = {
+        "step": 300,
+        "train_seconds": 7200.0,
+        "sessions": [
+            {"device": "cpu", "machine": xeon, "world_size": 1, "start_step": 0, "start_seconds": 0.0},
+            {"device": "cpu", "machine": epyc, "world_size": 1, "start_step": 100, "start_seconds": 3600.0},
+        ],
+    }
+    glue = glue_results({"rte": [60.0, 61.0, 62.0]})
+    glue["tasks"]["rte"]["seconds"], glue["tasks"]["rte"]["machines"] = 1800.0, [epyc]
+    entry = Entry("run", PretrainRun(tmp_path, load_config("tiny"), meta, [], []), glue)
+    text = "\n".join(compute_table([entry]))
+    (row,) = rows(text, "### Table 1: compute per experiment")
+    assert row[7] == "cpu [M1] (100 steps); cpu [M2] (200 steps)" and row[10] == "0.5 [M2]"
+    assert f"Machines (the times beside each key were taken there): [M1] {xeon}; [M2] {epyc}." in text
     baseline = Entry("none", None, None, baseline=True)  # random initialisation: no pretraining, no GPU
     (row,) = rows("\n".join(compute_table([baseline])), "### Table 1: compute per experiment")
     assert row[6:9] == ["0", "–", "–"]

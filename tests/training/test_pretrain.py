@@ -18,6 +18,7 @@ from electra.training.checkpoint import CheckpointError, list_checkpoints
 from electra.training.health import is_collapsed
 from electra.training.loop import pretrain
 from electra.training.step import NonFiniteError
+from electra.utils.machine import cpu_model
 from tests.helpers import (
     CLS,
     SEP,
@@ -253,6 +254,9 @@ def test_a_signal_is_recorded_in_run_json_and_cleared_by_the_resumed_session(tmp
     assert saved["step"] == 6 and saved["stopped_by_signal"] is None
     sessions = [(s["device"], s["world_size"], s["start_step"]) for s in saved["sessions"]]
     assert sessions == [("cpu", 1, 0), ("cpu", 1, meta.step)]
+    # each session names the machine its seconds were taken on: the CPU's model and the threads it used
+    threads = f"{torch.get_num_threads()} thread"
+    assert all(s["machine"].startswith(cpu_model()) and threads in s["machine"] for s in saved["sessions"])
     assert saved["sessions"][1]["start_seconds"] > 0
     assert [s["max_steps"] for s in saved["sessions"]] == [6, 6]  # what the report's Table 3 checks for a change
 
