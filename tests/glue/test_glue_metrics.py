@@ -141,6 +141,7 @@ def test_summary_statistics_and_interface():
         },
         "chance": {"metric": "accuracy", "baseline": 50.0, "margin": 5.0, "seeds_at_chance": 0, "n": 4},
         "seconds": 0.0,
+        "machines": [],  # records without a machine (written before runs kept it)
     }
     assert s["tasks"]["syn-agree"]["chance"]["seeds_at_chance"] == 1  # the figures draw the line, the verdicts read it
     assert s["tasks"]["mnli"]["metrics"]["accuracy_mm"] == {
