@@ -25,6 +25,7 @@ from electra.glue.report import chance_summary
 from electra.modeling.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops, pfs_days
 from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
 from electra.training.health import COLLAPSE_FALL, GATE_AUC, GATE_LOSS_MARGIN, GATE_MLM_MARGIN, is_collapsed
+from electra.utils import wording
 
 # The paper's metric per task (ELECTRA paper / OFF README), and WNLI, which the study added.
 TASK_METRIC = {
@@ -206,6 +207,9 @@ class Entry:
     corpus: str | None = None
     """The prepared corpus it was pretrained on (a study's `--data`, a run's data.path; None: the built-in
     language, or unknown), so that a model is measured against random weights built for the same text."""
+    shape: str | None = None
+    """Its encoder's shape (`encoder_shape`; None where no config is at hand), so that a model is measured against
+    random weights of its own shape, not a smaller model's."""
 
     @property
     def kind(self) -> str:
@@ -217,6 +221,12 @@ class Entry:
         if self.pretrain is None and not self.baseline:
             return Gate(None, ["no pretraining run at hand to judge"])
         return gate(None if self.baseline else self.pretrain)
+
+
+def encoder_shape(cfg: PretrainConfig) -> str:
+    """The discriminator's (for MLM: the masked LM's) shape, e.g. "2 layers, hidden 64"."""
+    d = cfg.model.discriminator
+    return f"{wording.plural(d.num_layers, 'layer')}, hidden {d.hidden_size}"
 
 
 def _sweep_model(glue: Path) -> Path | None:
@@ -264,17 +274,18 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
             study = json.loads((p / "study.json").read_text())
             for s in study["settings"]:
                 run, glue, none = p / s["pretrain"], p / s["glue"], s.get("kind") == "none"
-                pretrain = read_pretrain_run(run) if not none and (run / "config.yaml").exists() else None
+                record = read_pretrain_run(run) if (run / "config.yaml").exists() else None  # none: a step-0 run
                 entries.append(
                     Entry(
                         s["name"],
-                        pretrain,
+                        None if none else record,
                         read_glue(glue),
                         glue,
                         s.get("setting", {}),
                         none,
                         study=_study_label(p),
                         corpus=study.get("spec", {}).get("data"),
+                        shape=None if record is None else encoder_shape(record.cfg),
                     )
                 )
         elif (p / "config.yaml").exists():
@@ -288,6 +299,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                     glue,
                     baseline=run.steps == 0,
                     corpus=run.cfg.data.path,
+                    shape=encoder_shape(run.cfg),
                 )
             )
         elif (p / "results.json").exists():
@@ -305,6 +317,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                     p,
                     baseline=run is not None and run.steps == 0,
                     corpus=None if run is None else run.cfg.data.path,
+                    shape=None if run is None else encoder_shape(run.cfg),
                 )
             )
         else:

@@ -26,6 +26,7 @@ from electra.report.results import (
     ReportError,
     collect,
     common_tasks,
+    encoder_shape,
     order_tasks,
     task_mean,
     task_scores,
@@ -132,8 +133,10 @@ def _summary_heading(entries: list[Entry], tasks: list[str]) -> list[str]:
 
 def baseline_for(e: Entry, entries: list[Entry]) -> Entry | None:
     """The no-pretraining baseline `e` is measured against: its own study's, else one pretrained on nothing but
-    built from the same corpus (another study at another budget on the same prepared data), else the first."""
-    baselines = [b for b in entries if b.baseline and b.glue]
+    built from the same corpus (another study at another budget on the same prepared data), else the first; never
+    random weights of another shape (a larger model's pretraining is not measured against a smaller model's random
+    start), where both shapes are known."""
+    baselines = [b for b in entries if b.baseline and b.glue and (None in (b.shape, e.shape) or b.shape == e.shape)]
     same_study = [b for b in baselines if e.study is not None and b.study == e.study]
     same_data = [b for b in baselines if b.corpus is not None and b.corpus == e.corpus]
     return next(iter(same_study + same_data + baselines), None)
@@ -187,9 +190,8 @@ def electra_mlm_pairs(entries: list[Entry]) -> list[tuple[Entry, Entry]]:
 
 
 def model_size(e: Entry) -> str:
-    """The discriminator's (for MLM: the masked LM's) shape, e.g. "2 layers, hidden 64"."""
-    d = e.pretrain.cfg.model.discriminator
-    return f"{wording.plural(d.num_layers, 'layer')}, hidden {d.hidden_size}"
+    """A pretrained model's shape, e.g. "2 layers, hidden 64" (`encoder_shape`)."""
+    return encoder_shape(e.pretrain.cfg)
 
 
 def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:

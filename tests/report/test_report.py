@@ -443,14 +443,16 @@ def test_a_report_rederives_the_collapse_flag_from_the_held_out_curve(tmp_path):
 def test_several_studies_measure_each_model_against_its_own_baseline_and_electra_against_mlm_at_one_budget(tmp_path):
     """The real-text budgets report: the 30-minute study has the random-init baseline, the 10-minute one (same
     prepared corpus) has none, the demo has its own on its own corpus. Each pretrained model is measured against
-    its study's baseline, else the one built from the same corpus; ELECTRA is compared with MLM only inside a
-    study (across budgets it would not be at equal FLOPs)."""
+    its study's baseline, else the one built from the same corpus, never one of another shape (a larger model's
+    study whose own random start is not fine-tuned yet gets no verdict against the small model's); ELECTRA is
+    compared with MLM only inside a study (across budgets it would not be at equal FLOPs)."""
 
-    def study(name, scores, data, mlm=()):
+    def study(name, scores, data, mlm=(), shape=()):
         root = fake_study(tmp_path / name, scores, data=data, kinds=dict.fromkeys(mlm, "mlm"))
-        for setting in set(scores) - {"none"}:  # a study's none has no run to read
+        for setting in scores:  # a study's none has a step-0 run: its config, no training
             kind = ["objective.kind=mlm"] if setting in mlm else []
-            fake_pretrain_run(root / "runs" / setting / "pretrain", 10, LEARNED, [f"data.path={data}", *kind])
+            steps, evals = (0, []) if setting == "none" else (10, LEARNED)
+            fake_pretrain_run(root / "runs" / setting / "pretrain", steps, evals, [f"data.path={data}", *shape, *kind])
         return root
 
     demo = study("demo", {"electra": [60.0, 60.5, 61.0], "none": [70.0, 70.5, 71.0]}, "demo/data")
@@ -465,6 +467,29 @@ def test_several_studies_measure_each_model_against_its_own_baseline_and_electra
         "- ELECTRA does NOT beat MLM (95% confidence): study-10m/electra -10.0 points vs mlm on rte (mean over 3 "
         "seeds; 95% interval ±1.1, Welch's t -24.49, df 4.0, p < 0.001)."
     ]
+    wide = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=2", "model.intermediate_size=512"]
+    big = study("wide-30m", {"electra": [60.0, 60.5, 61.0]}, "wiki", shape=wide)
+    text = (write_report([ten, thirty, big], tmp_path / "unfinished") / "report.md").read_text()
+    assert "study-10m/electra +30.0 points vs none" in text and "wide-30m/electra" in text
+    assert not [line for line in text.splitlines() if line.startswith("- ") and "wide-30m/electra" in line]
+    fake_study(tmp_path / "wide-none", {"none": [65.0, 65.5, 66.0]})  # the large study's random start, fine-tuned
+    (big / "runs" / "none").mkdir()
+    (tmp_path / "wide-none" / "runs" / "none" / "glue").rename(big / "runs" / "none" / "glue")
+    fake_pretrain_run(big / "runs" / "none" / "pretrain", 0, [], ["data.path=wiki", *wide])
+    spec = json.loads((big / "study.json").read_text())
+    spec["settings"].append(
+        {
+            **spec["settings"][0],
+            "name": "none",
+            "kind": "none",
+            "pretrain": "runs/none/pretrain",
+            "glue": "runs/none/glue",
+        }
+    )
+    (big / "study.json").write_text(json.dumps(spec))
+    text = (write_report([ten, thirty, big], tmp_path / "finished") / "report.md").read_text()
+    assert "- pretraining did NOT help (95% confidence): wide-30m/electra -5.0 points vs wide-30m/none on rte" in text
+    assert "study-10m/electra +30.0 points vs study-30m/none" in text  # the small model keeps the small one
 
 
 def test_studies_at_several_budgets_draw_each_tasks_score_against_flops_beside_the_baseline(tmp_path):
