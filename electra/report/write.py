@@ -26,7 +26,6 @@ from electra.report.results import (
     ReportError,
     collect,
     common_tasks,
-    encoder_shape,
     order_tasks,
     task_mean,
     task_scores,
@@ -189,11 +188,6 @@ def electra_mlm_pairs(entries: list[Entry]) -> list[tuple[Entry, Entry]]:
     return [(a, b) for a in electra for b in mlm if a.study == b.study]
 
 
-def model_size(e: Entry) -> str:
-    """A pretrained model's shape, e.g. "2 layers, hidden 64" (`encoder_shape`)."""
-    return encoder_shape(e.pretrain.cfg)
-
-
 def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:
     """With ELECTRA and MLM matched at more than one budget or model size: ELECTRA − MLM per study (the verdicts'
     difference of seed means, its interval and p), as a table and a figure against pretraining FLOPs with one line
@@ -210,7 +204,7 @@ def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> lis
     rows, points = [], []
     for a, b in sorted(pairs, key=order):
         c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
-        size = model_size(a)
+        size = a.shape
         points.append(
             {"size": size, "name": a.name, "flops": a.pretrain.flops, "delta": c.delta, "margin": c.margin, "p": c.p}
         )
@@ -299,10 +293,10 @@ def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, 
     next point of the same one."""
     pretrained = [e for e in entries if e.pretrain is not None and not e.baseline and e.pretrain.steps]
     baselines = [{"name": e.name, "scores": task_scores(e.glue)} for e in entries if e.baseline]
-    several_sizes = len({model_size(e) for e in pretrained}) > 1
+    several_sizes = len({e.shape for e in pretrained}) > 1
     series: dict[str, list[dict]] = {}
     for e in pretrained:
-        line = f"{e.pretrain.kind} ({model_size(e)})" if several_sizes else e.pretrain.kind
+        line = f"{e.pretrain.kind} ({e.shape})" if several_sizes else e.pretrain.kind
         series.setdefault(line, []).append({"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)})
     if not baselines or not any(len({p["flops"] for p in points}) > 1 for points in series.values()):
         return []  # no objective at two budgets: no curve
