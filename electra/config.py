@@ -73,6 +73,15 @@ class ModelConfig:
     create_initializer), except TF's default Glorot uniform where OFF gives no initializer (`embeddings_project`,
     the discriminator's output layer); normal: normal(0, initializer_range) everywhere (transformers). Biases 0."""
     pad_token_id: int = 0
+    disc_output_bias: float = 0.0
+    """Initial bias of the discriminator's output layer (0, as OFF). The log-odds of the replaced fraction (about
+    -1.8 at mask_prob 0.15) starts it at the class prior, which the bias alone would take ~1000 Adam steps to
+    reach (each step moves it by about the learning rate)."""
+    embedding_sharing: Literal["full", "gradient_disentangled"] = "full"
+    """full: generator and discriminator share the embedding block and both losses train it (OFF);
+    gradient_disentangled: the discriminator reads the shared word table through a stop-gradient plus a table of
+    its own that starts at 0, so only the generator's loss trains the shared table (DeBERTa-v3's GDES, He et al.
+    2021, section 3.2); the discriminator's word table is the sum, which fine-tuning and export take."""
 
     @property
     def discriminator(self) -> EncoderSize:
@@ -107,6 +116,11 @@ class ObjectiveConfig:
     128-token row); without_replacement: exactly k. Runs written before this option existed drew without
     replacement: their saved configs lack the key and read back as without_replacement (what they computed), so
     resuming one asks for `--set objective.position_sampling=without_replacement`."""
+    repeated_draws: Literal["once", "original"] = "once"
+    """What `with_replacement` does with a position two slots drew. once: it counts once (the repeat becomes an
+    unused slot). original: as OFF's scatter_update (pretrain_helpers.py), both slots count in the MLM loss, and the
+    discriminator sees the floor of the mean of the two sampled token ids there, usually an unrelated token (about 5%
+    of corrupted positions at length 32, 7% at 128): a side effect in OFF, not part of the method. ELECTRA only."""
     mask_prob: float = 0.15
     mask_token_prob: float = 0.85
     """Of the chosen positions, the fraction shown as [MASK]; the rest keep the original (no random tokens)."""
@@ -121,7 +135,11 @@ class ObjectiveConfig:
     temperature_steps: int = 0
     uniform_replace_prob: float = 0.0
     """Replace this fraction of the generator's samples by tokens drawn uniformly from the vocabulary (easy
-    replacements mixed in; 0 as OFF)."""
+    replacements mixed in; 0 as OFF); with `uniform_replace_start`, where the schedule ends."""
+    uniform_replace_start: float | None = None
+    """Anneal the fraction of uniform replacements linearly from this value down to `uniform_replace_prob` over
+    the first `uniform_replace_steps` optimizer steps (a curriculum of easy replacements); None: constant."""
+    uniform_replace_steps: int = 0
     sampler: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"
     """How a token is drawn from softmax(logits / T): both draw from the same distribution (see masking.py)."""
     disallow_correct: bool = False
@@ -215,12 +233,23 @@ class PretrainConfig:
         return num_mask_slots(self.objective, self.data.seq_len)
 
 
+def annealed(step: int, start: float | None, end: float, steps: int) -> float:
+    """A value annealed linearly from `start` to `end` over the first `steps` updates (0-based `step`); `end`
+    from then on, and always when `start` is None."""
+    if start is None or step >= steps:
+        return end
+    return end + (start - end) * (1.0 - step / steps)
+
+
 def temperature_at(step: int, objective: ObjectiveConfig) -> float:
     """The sampling temperature for the update made at `step` (0-based), by objective.temperature_start/_steps."""
-    if objective.temperature_start is None or step >= objective.temperature_steps:
-        return objective.temperature
-    left = 1.0 - step / objective.temperature_steps
-    return objective.temperature + (objective.temperature_start - objective.temperature) * left
+    return annealed(step, objective.temperature_start, objective.temperature, objective.temperature_steps)
+
+
+def uniform_replace_at(step: int, objective: ObjectiveConfig) -> float:
+    """The fraction of uniform replacements for the update made at `step`, by objective.uniform_replace_start."""
+    o = objective
+    return annealed(step, o.uniform_replace_start, o.uniform_replace_prob, o.uniform_replace_steps)
 
 
 def masking_split(objective: ObjectiveConfig) -> tuple[float, float]:
@@ -453,6 +482,13 @@ def validate(cfg: PretrainConfig) -> None:
             "in [0, 1]",
         ),
         (
+            "objective.uniform_replace_start",
+            o.uniform_replace_start,
+            o.uniform_replace_start is None or fraction(o.uniform_replace_start, False, False),
+            "in [0, 1] or null",
+        ),
+        ("objective.uniform_replace_steps", o.uniform_replace_steps, o.uniform_replace_steps >= 0, ">= 0"),
+        (
             "objective.generator_weight",
             o.generator_weight,
             o.generator_weight >= 0 and math.isfinite(o.generator_weight),
@@ -515,6 +551,11 @@ def validate(cfg: PretrainConfig) -> None:
         (lambda: d.seq_len <= m.max_position_embeddings, "data.seq_len exceeds model.max_position_embeddings"),
         (lambda: cfg.num_mask_slots >= 1, "objective.mask_prob leaves no masked slot at this data.seq_len"),
         # a repeated draw's slot moves to a free position (masking.py): N of them must remain besides the k drawn
+        (
+            lambda: o.repeated_draws == "once" or (with_replacement and o.kind == "electra"),
+            "objective.repeated_draws=original is OFF's ELECTRA masking: it needs objective.kind=electra, "
+            "objective.masking=fixed and objective.position_sampling=with_replacement",
+        ),
         (
             lambda: not with_replacement or 2 * cfg.num_mask_slots <= d.seq_len,
             "objective.mask_prob above ~0.49 needs objective.position_sampling=without_replacement",

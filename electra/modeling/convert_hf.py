@@ -16,7 +16,13 @@ import torch
 from torch import Tensor
 
 from electra.config import ModelConfig, ObjectiveConfig, PretrainConfig
-from electra.modeling.electra import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
+from electra.modeling.electra import (
+    ElectraForPretraining,
+    ElectraModel,
+    MaskedLMForPretraining,
+    build_model,
+    with_discriminator_word_table,
+)
 
 log = logging.getLogger("electra.hf_compat")  # the name it had before the move: what users see
 
@@ -297,7 +303,8 @@ def to_hf(
         arch = hf_config(model.cfg, which)
         config_cls = getattr(transformers, "RoFormerConfig" if fam == "roformer" else "ElectraConfig")
         hf_model = getattr(transformers, arch["architectures"][0])(config_cls(**arch))
-        hf_state = _renamed(state, fam, which)
+        delta = state.get("discriminator_word_delta") if which == "discriminator" else None
+        hf_state = _renamed(with_discriminator_word_table(state, delta), fam, which)
         if which != "discriminator":
             for key, source in _TIED_HF_KEYS[fam].items():
                 hf_state[key] = hf_state[source]  # the word table, or (RoFormer) the output bias

@@ -22,6 +22,7 @@ from electra.modeling.masking import (
     MaskedBatch,
     keyed_uniform,
     sample_replacements,
+    scatter_replacements,
     uniform_tokens,
 )
 
@@ -56,8 +57,11 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        x = self.word_embeddings(input_ids)  # (B, T, E)
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor | None = None, word_table: Tensor | None = None
+    ) -> Tensor:
+        """`word_table`: look words up there instead (the discriminator's, under gradient-disentangled sharing)."""
+        x = self.word_embeddings(input_ids) if word_table is None else F.embedding(input_ids, word_table)  # (B, T, E)
         if hasattr(self, "position_embeddings"):
             x = x + self.position_embeddings.weight[: input_ids.shape[1]]
         if token_type_ids is None:
@@ -294,6 +298,8 @@ def init_weights(module: nn.Module, cfg: ModelConfig) -> None:
         nn.init.xavier_uniform_(module.embeddings_project.weight)
     if original and isinstance(module, DiscriminatorPredictions):
         nn.init.xavier_uniform_(module.dense_prediction.weight)
+    if isinstance(module, DiscriminatorPredictions):
+        nn.init.constant_(module.dense_prediction.bias, cfg.disc_output_bias)
 
 
 STAT_NAMES = (
@@ -327,6 +333,9 @@ class PretrainOutput:
     """(B, T) 1.0 where the token was replaced."""
     disc_mask: Tensor
     """(B, T) bool: positions that count in the discriminator loss."""
+    disc_hidden: Tensor | None = None
+    """(B, T, H) the discriminator's last-layer token states, detached (their effective rank at evaluation); None
+    for the masked LM."""
 
 
 class ElectraForPretraining(nn.Module):
@@ -340,11 +349,25 @@ class ElectraForPretraining(nn.Module):
         self.generator = Generator(cfg)
         self.discriminator = Discriminator(cfg)
         self.register_buffer("temperature", torch.tensor(self.objective.temperature), persistent=False)
+        self.register_buffer("uniform_replace", torch.tensor(self.objective.uniform_replace_prob), persistent=False)
         self.apply(partial(init_weights, cfg=cfg))
+        if cfg.embedding_sharing == "gradient_disentangled":  # starts at 0: the discriminator sees the shared table
+            self.discriminator_word_delta = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.embedding_size))
+
+    def discriminator_word_table(self) -> Tensor | None:
+        """The word table the discriminator reads: the shared one (None), or under gradient-disentangled sharing the
+        shared one with its gradient stopped plus the discriminator's own difference."""
+        if self.cfg.embedding_sharing == "full":
+            return None
+        return self.embeddings.word_embeddings.weight.detach() + self.discriminator_word_delta
 
     def set_temperature(self, temperature: float) -> None:
         """The sampling temperature from now on (objective.temperature_start's schedule; in place: no recompile)."""
         self.temperature.fill_(temperature)
+
+    def set_uniform_replace(self, fraction: float) -> None:
+        """The fraction of uniform replacements from now on (objective.uniform_replace_start's schedule)."""
+        self.uniform_replace.fill_(fraction)
 
     def fine_tuning_body(self) -> Transformer:
         """What fine-tuning starts from, with the shared embeddings: the discriminator."""
@@ -356,7 +379,8 @@ class ElectraForPretraining(nn.Module):
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
     ) -> Tensor:
         """(B, T) replaced-token logits at every position."""
-        h = self.discriminator.electra(self.embeddings(input_ids, token_type_ids), attention_bias(attention_mask))
+        embedded = self.embeddings(input_ids, token_type_ids, self.discriminator_word_table())
+        h = self.discriminator.electra(embedded, attention_bias(attention_mask))
         return self.discriminator.discriminator_predictions(h)
 
     def generator_logits(
@@ -389,7 +413,8 @@ class ElectraForPretraining(nn.Module):
         mlm_sum = (ce * masked.weights).sum()
 
         # Discriminator on the corrupted sequence, every position.
-        hd = self.discriminator.electra(self.embeddings(disc_input, token_type_ids), mask)  # (B, T, H)
+        embedded = self.embeddings(disc_input, token_type_ids, self.discriminator_word_table())
+        hd = self.discriminator.electra(embedded, mask)  # (B, T, H)
         disc_logits = self.discriminator.discriminator_predictions(hd)  # (B, T)
         disc_mask = masked.disc_mask
         bce = F.binary_cross_entropy_with_logits(disc_logits.float(), labels, reduction="none")
@@ -400,7 +425,7 @@ class ElectraForPretraining(nn.Module):
         disc_norm = stats["disc_count"].clamp(min=1) if disc_norm is None else disc_norm
         mlm_loss, disc_loss = mlm_sum / mlm_norm, disc_sum / disc_norm
         loss = obj.generator_weight * mlm_loss + obj.discriminator_weight * disc_loss
-        return PretrainOutput(loss, mlm_loss, disc_loss, stats, disc_logits.detach(), labels, disc_mask)
+        return PretrainOutput(loss, mlm_loss, disc_loss, stats, disc_logits.detach(), labels, disc_mask, hd.detach())
 
     def corrupt(
         self, input_ids: Tensor, mask: Tensor | None, token_type_ids: Tensor | None, masked: MaskedBatch
@@ -420,14 +445,14 @@ class ElectraForPretraining(nn.Module):
             sampled = sample_replacements(
                 gen_logits, masked.targets, masked.keys, temperature, obj.disallow_correct, obj.sampler
             )
-        if obj.uniform_replace_prob > 0:  # easy replacements mixed in: uniform tokens instead of some samples
+        if obj.uniform_replace_prob > 0 or obj.uniform_replace_start is not None:  # easy replacements mixed in
             coin = keyed_uniform(masked.keys, N, STREAM_UNIFORM_MIX)
             random_token = uniform_tokens(masked.keys, N, self.cfg.vocab_size, STREAM_RANDOM_TOKEN)
-            sampled = torch.where(coin < obj.uniform_replace_prob, random_token, sampled)
+            sampled = torch.where(coin < self.uniform_replace, random_token, sampled)
         replace = masked.weights > 0
         if obj.replace == "masked":
             replace = replace & masked.is_masked
-        disc_input = input_ids.scatter(1, masked.positions, torch.where(replace, sampled, masked.targets))
+        disc_input = scatter_replacements(input_ids, masked.positions, torch.where(replace, sampled, masked.targets))
         return gen_logits, ce, sampled, disc_input, (disc_input != input_ids).float()
 
     @torch.no_grad()
@@ -503,9 +528,20 @@ class ElectraModel(Transformer):
         discriminator, or the MLM baseline's encoder."""
         body = cls(model.cfg)
         state = {f"embeddings.{k}": v for k, v in model.embeddings.state_dict().items()}
+        state = with_discriminator_word_table(state, getattr(model, "discriminator_word_delta", None))
         state.update(model.fine_tuning_body().state_dict())
         body.load_state_dict(state)
         return body
+
+
+def with_discriminator_word_table(state: dict[str, Tensor], delta: Tensor | None) -> dict[str, Tensor]:
+    """`state` (keys as ElectraForPretraining's) with the word table the discriminator reads: under
+    gradient-disentangled sharing the shared table plus the discriminator's own (`delta`), which is dropped."""
+    if delta is None:
+        return state
+    key = "embeddings.word_embeddings.weight"
+    state = {k: v for k, v in state.items() if k != "discriminator_word_delta"}
+    return {**state, key: state[key] + delta.detach().to(state[key])}
 
 
 class MaskedLMForPretraining(nn.Module):

@@ -100,7 +100,7 @@ def mask_tokens(
         k = torch.round(attention_mask.sum(1).float() * objective.mask_prob).clamp(1, num_slots)  # (B,)
         if objective.position_sampling == "with_replacement":
             u = keyed_uniform(keys, num_slots, STREAM_POSITIONS)  # (B, N): one draw per slot
-            positions, real = _draw_with_replacement(candidates, k, u)
+            positions, real = _draw_with_replacement(candidates, k, u, objective.repeated_draws == "once")
         else:
             u = keyed_uniform(keys, T, STREAM_POSITIONS)  # (B, T): a random priority per position
             positions, real = _draw_without_replacement(torch.where(candidates, u, -1.0), k, num_slots)
@@ -113,6 +113,9 @@ def mask_tokens(
     keep_coin = keyed_uniform(keys, num_slots, STREAM_KEEP)
     mask_p, random_p = masking_split(objective)
     is_masked = real & (keep_coin < mask_p)
+    if objective.repeated_draws == "original":  # a position drawn twice is shown as [MASK] if either draw says so
+        shown_masked = torch.zeros_like(input_ids).scatter_add_(1, positions, is_masked.long()) > 0  # (B, T)
+        is_masked = real & shown_masked.gather(1, positions)
     shown = torch.where(is_masked, torch.full_like(targets, mask_token_id), targets)
     if random_p > 0:
         if vocab_size is None:
@@ -142,13 +145,13 @@ def _draw_without_replacement(priority: Tensor, k: Tensor, num_slots: int) -> tu
     return positions, (slot[None, :] < k[:, None]) & (top >= 0)
 
 
-def _draw_with_replacement(candidates: Tensor, k: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+def _draw_with_replacement(candidates: Tensor, k: Tensor, u: Tensor, once: bool = True) -> tuple[Tensor, Tensor]:
     """OFF's draw: each of the N slots picks one candidate uniformly and independently, the first k count.
 
-    A repeated draw becomes an unused slot, so each distinct position counts once (OFF counts it once per draw in
-    the MLM loss and shows it as [MASK] if any of its draws says so). Every unused slot is then moved to a distinct
-    position that no real slot uses, keeping positions distinct within a row: a scatter with repeated indices
-    would leave it to chance which write wins.
+    `once`: a repeated draw becomes an unused slot, so each distinct position counts once (OFF counts it once per
+    draw in the MLM loss and shows it as [MASK] if any of its draws says so; objective.repeated_draws=original keeps
+    OFF's way: the repeat stays a real slot at the same position). Every unused slot is then moved to a distinct
+    position that no real slot uses (`scatter_replacements` resolves what a repeated position shows).
     """
     B, N = u.shape
     slot = torch.arange(N, device=u.device)
@@ -158,10 +161,19 @@ def _draw_with_replacement(candidates: Tensor, k: Tensor, u: Tensor) -> tuple[Te
     drawn = drawn.clamp(max=candidates.shape[1] - 1)  # a row without candidates has no real slot anyway
     earlier = slot[None, :] < slot[:, None]  # (N, N): [i, j] is j < i
     repeat = ((drawn[:, :, None] == drawn[:, None, :]) & earlier).any(-1)  # (B, N): drawn by an earlier slot
-    real = (slot[None, :] < k[:, None]) & (n_candidates > 0) & ~repeat
+    real = (slot[None, :] < k[:, None]) & (n_candidates > 0) & ~(repeat & once)
     taken = torch.zeros(candidates.shape, dtype=torch.long, device=u.device).scatter_add_(1, drawn, real.long())
     free = torch.searchsorted((taken == 0).long().cumsum(1), slot.expand(B, N) + 1)  # (B, N): j-th free position
     return torch.where(real, drawn, free), real
+
+
+def scatter_replacements(input_ids: Tensor, positions: Tensor, values: Tensor) -> Tensor:
+    """(B, T) `input_ids` with `values` (B, N) written at `positions` (B, N). A position that appears twice (OFF's
+    repeated draws) gets the floor of the mean of its values, as OFF's scatter_update computes it
+    (pretrain_helpers.py: scatter_nd sums the updates, floordiv by their count); a distinct one gets its value."""
+    total = torch.zeros_like(input_ids).scatter_add_(1, positions, values)
+    count = torch.zeros_like(input_ids).scatter_add_(1, positions, torch.ones_like(values))
+    return torch.where(count > 0, total.div(count.clamp(min=1), rounding_mode="floor"), input_ids)
 
 
 @torch.no_grad()

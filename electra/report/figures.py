@@ -144,7 +144,7 @@ def _clean(ys: list) -> list[float | None]:
 
 # -- training dynamics (the study's Figure 3) ------------------------------------------------------------------
 
-PERCENT, NATS, AUC, FRACTION = "accuracy (%)", "nats", "AUC", "fraction"
+PERCENT, NATS, AUC, FRACTION, RANK = "accuracy (%)", "nats", "AUC", "fraction", "effective rank"
 
 # (metrics.jsonl key without eval_, title for ELECTRA, title for MLM, unit, scale)
 DYNAMICS = (
@@ -158,6 +158,7 @@ DYNAMICS = (
     ("disc_precision", "discriminator precision (replaced)", None, FRACTION, 1.0),
     ("disc_recall", "discriminator recall (replaced)", None, FRACTION, 1.0),
     ("disc_auc", "discriminator AUC", None, AUC, 1.0),
+    ("disc_effective_rank", "discriminator last-layer effective rank", None, RANK, 1.0),
 )
 
 
@@ -278,6 +279,7 @@ COLLAPSE = (
     ("eval_disc_recall", "discriminator recall (held out)", FRACTION, 1.0),
     ("eval_disc_auc", "discriminator AUC (held out)", AUC, 1.0),
     ("eval_mlm_loss", "generator loss (held out)", NATS, 1.0),
+    ("eval_disc_effective_rank", "discriminator last-layer effective rank (held out)", RANK, 1.0),
 )
 
 
@@ -301,6 +303,8 @@ def collapse_data(curves: dict[str, list[dict]], collapsed: dict[str, bool], gat
                     "collapsed": down,
                 }
             )
+        if not any(v is not None for line in lines for v in line["y"]):
+            continue  # runs logged before the metric existed (the effective rank)
         hlines = _references(key.removeprefix("eval_"), gate_auc)
         if key == "eval_disc_accuracy":
             rates = [

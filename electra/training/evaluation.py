@@ -74,6 +74,7 @@ def evaluate(
     size = min(cfg.train.batch_size, 64)
     totals = {k: 0.0 for k in STAT_NAMES}
     scores, labels, targets = [], [], []
+    states = TokenStates()
     step = min(size, chunk or size)
     with torch.inference_mode():
         for start in range(0, cfg.train.eval_batches * size, step):  # the same examples as whole batches of `size`
@@ -87,6 +88,8 @@ def evaluate(
             scores.append(out.disc_logits.float()[out.disc_mask].cpu())
             labels.append(out.disc_labels[out.disc_mask].cpu())
             targets.append(masked.targets[(masked.weights > 0) & masked.is_masked].cpu())
+            if out.disc_hidden is not None:
+                states.add(out.disc_hidden[out.disc_mask])
     model.train(was_training)
     metrics = metrics_from_stats(totals)
     targets = torch.cat(targets)  # (slots shown as [MASK],)
@@ -99,7 +102,38 @@ def evaluate(
         metrics["mlm_unigram_loss"] = float(-log_freq[targets].mean()) if len(targets) else float("nan")
     y, s = torch.cat(labels).numpy(), torch.cat(scores).numpy()
     metrics["disc_auc"] = roc_auc(y, s)
+    if states.count:
+        metrics["disc_effective_rank"] = states.effective_rank()
+        metrics["disc_mean_share"] = states.mean_share()
     return metrics
+
+
+class TokenStates:
+    """Running second moments of token states (n, H), enough for their effective rank and the share of their
+    squared norm held by their common mean, over any number of batches. A discriminator that collapsed to a
+    constant answer maps every token to nearly one vector: effective rank near 1, mean share near 1."""
+
+    def __init__(self):
+        self.gram, self.total, self.count = None, None, 0
+
+    def add(self, h: torch.Tensor) -> None:
+        h = h.double().cpu()  # (n, H)
+        gram, total = h.T @ h, h.sum(0)
+        self.gram = gram if self.gram is None else self.gram + gram
+        self.total = total if self.total is None else self.total + total
+        self.count += len(h)
+
+    def effective_rank(self) -> float:
+        """exp of the entropy of the normalised singular values of the (n, H) matrix of states (Roy & Vetterli
+        2007): H for states spread evenly over H directions, 1 for states all on one line."""
+        singular = torch.linalg.eigvalsh(self.gram).clamp(min=0).sqrt()
+        p = singular / singular.sum()
+        return float(torch.exp(-(p * p.clamp(min=1e-300).log()).sum()))
+
+    def mean_share(self) -> float:
+        """|mean state|^2 / mean |state|^2: 1 when every state is the same vector, ~0 for states around 0."""
+        mean = self.total / self.count
+        return float(mean @ mean / (self.gram.trace() / self.count))
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:

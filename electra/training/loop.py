@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from electra.config import ConfigError, PretrainConfig, temperature_at
+from electra.config import ConfigError, PretrainConfig, temperature_at, uniform_replace_at
 from electra.data.corpus import TOKENS_FILE, read_metadata
 from electra.data.pretraining_data import PretrainingData, open_pretraining_data
 from electra.data.tokenizer import TokenizerInfo
@@ -467,6 +467,8 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             set_learning_rate(run.optimizer, lr)
             if cfg.objective.temperature_start is not None:
                 run.raw_model.set_temperature(temperature_at(step, cfg.objective))
+            if cfg.objective.uniform_replace_start is not None:
+                run.raw_model.set_uniform_replace(uniform_replace_at(step, cfg.objective))
             if data_error is None:
                 try:
                     batches, masked = step_batches(run, step, prefetch.get(step))

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from electra.config import ObjectiveConfig, num_mask_slots
-from electra.modeling.masking import keyed_uniform, mask_tokens, sample_replacements
+from electra.modeling.masking import keyed_uniform, mask_tokens, sample_replacements, scatter_replacements
 from tests.helpers import CLS, MASK, SEP, SPECIAL
 
 
@@ -172,3 +172,30 @@ def test_temperature_changes_the_distribution_and_disallow_correct():
     assert cold > hot + 0.2  # a lower temperature concentrates on the argmax
     never = sample_replacements(logits, targets, keys, disallow_correct=True)
     assert not (never == 0).any()
+
+
+def test_repeated_draws_can_count_twice_as_off():
+    """objective.repeated_draws=original: OFF keeps every one of the k draws (a position drawn twice counts twice
+    in the MLM loss), over the same distinct positions as `once`, shown as [MASK] if either draw says so."""
+    ids, attention, lengths = batch(B=2048)
+    once, _ = run_mask(ids, attention)
+    off, _ = run_mask(ids, attention, ObjectiveConfig(repeated_draws="original"))
+    assert torch.equal(off.weights.sum(1), torch.round(lengths.float() * 0.15).clamp(1, 19))
+    assert off.weights.sum() > once.weights.sum()  # repeats exist at this length
+    for m in (once, off):  # the same distinct positions either way
+        assert torch.equal(
+            torch.zeros_like(ids).scatter_(1, m.positions, m.weights.long()),
+            torch.zeros_like(ids).scatter_(1, once.positions, once.weights.long()),
+        )
+    real = off.weights.bool()
+    shown = off.input_ids.gather(1, off.positions)
+    assert torch.equal(shown[real & off.is_masked], torch.full_like(shown[real & off.is_masked], MASK))
+    assert torch.equal(shown[real & ~off.is_masked], off.targets[real & ~off.is_masked])
+
+
+def test_a_position_written_twice_gets_the_floor_of_the_mean_as_off():
+    """OFF's scatter_update (pretrain_helpers.py): scatter_nd sums repeated updates, then floordiv by their count."""
+    ids = torch.tensor([[2, 10, 11, 12, 13, 3]])
+    positions = torch.tensor([[1, 3, 1, 4]])
+    values = torch.tensor([[100, 7, 205, 13]])
+    assert scatter_replacements(ids, positions, values).tolist() == [[2, 152, 11, 7, 13, 3]]

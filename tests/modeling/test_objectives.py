@@ -1,6 +1,8 @@
 """The MLM baseline (objective.kind=mlm) and the replacement-difficulty levers (temperature schedule, uniform
 replacements, generator learning-rate scale), each checked against an independent computation or a statistic."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ from electra.config import (
     PretrainConfig,
     load_config,
     temperature_at,
+    uniform_replace_at,
 )
 from electra.modeling.convert_hf import masked_lm_from_hf, to_hf
 from electra.modeling.electra import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
@@ -228,3 +231,77 @@ def test_generator_lr_scale_multiplies_only_the_generators_learning_rate():
     for name, p in model.named_parameters():
         assert lr_of[id(p)] == pytest.approx(1e-4 if name.startswith("generator.") else 1e-3), name
     assert len(build_optimizer(model, load_config("tiny").train, torch.device("cpu")).param_groups) == 2  # as OFF
+
+
+def test_uniform_replacement_schedule_anneals_linearly_and_the_loop_follows_it(tmp_path, monkeypatch):
+    """objective.uniform_replace_start: the fraction the loop sets before each update is the schedule's, and the
+    model replaces that fraction (set at run time as when built with it)."""
+    obj = ObjectiveConfig(uniform_replace_prob=0.0, uniform_replace_start=0.5, uniform_replace_steps=100)
+    assert [uniform_replace_at(s, obj) for s in (0, 50, 100, 900)] == pytest.approx([0.5, 0.25, 0.0, 0.0])
+    assert uniform_replace_at(0, ObjectiveConfig(uniform_replace_prob=0.1)) == 0.1  # no schedule: constant
+    seen = []
+    setter = ElectraForPretraining.set_uniform_replace
+    monkeypatch.setattr(ElectraForPretraining, "set_uniform_replace", lambda m, p: (seen.append(p), setter(m, p)))
+    overrides = [
+        *FAST,
+        "train.max_steps=12",
+        "objective.uniform_replace_start=0.6",
+        "objective.uniform_replace_steps=6",
+    ]
+    pretrain(load_config("tiny", overrides), tmp_path / "run")
+    assert seen == pytest.approx([0.6, 0.5, 0.4, 0.3, 0.2, 0.1] + [0.0] * 6)
+    cfg = tiny_model_config()
+    ids, attention, types = random_batch(B=64, T=32)
+    m = masked(ids, attention)
+    built = ElectraForPretraining(cfg, ObjectiveConfig(uniform_replace_prob=0.3)).eval()
+    scheduled = ElectraForPretraining(cfg, ObjectiveConfig(uniform_replace_start=0.9, uniform_replace_steps=5)).eval()
+    scheduled.load_state_dict(built.state_dict())
+    scheduled.set_uniform_replace(0.3)
+    with torch.no_grad():
+        assert torch.equal(built(ids, attention, types, m).disc_labels, scheduled(ids, attention, types, m).disc_labels)
+
+
+def test_gradient_disentangled_sharing_keeps_the_discriminators_loss_out_of_the_shared_table():
+    """DeBERTa-v3's GDES: the discriminator reads stop_gradient(shared table) + its own table (0 at the start), so
+    at the start both models compute exactly what full sharing computes, the shared table's gradient is the
+    generator's alone, and the discriminator's own table gets the discriminator's gradient."""
+    torch.manual_seed(0)
+    cfg = tiny_model_config()
+    ids, attention, types = random_batch(B=8, T=32)
+    m = masked(ids, attention)
+    full = ElectraForPretraining(cfg).train(False)
+    gdes = ElectraForPretraining(dataclasses.replace(cfg, embedding_sharing="gradient_disentangled")).train(False)
+    gdes.load_state_dict({**full.state_dict(), "discriminator_word_delta": gdes.discriminator_word_delta}, strict=True)
+    a, b = full(ids, attention, types, m), gdes(ids, attention, types, m)
+    assert torch.equal(a.disc_logits, b.disc_logits) and torch.equal(a.loss, b.loss)
+    table = gdes.embeddings.word_embeddings.weight
+    from_disc = torch.autograd.grad(b.disc_loss, [table, gdes.discriminator_word_delta], allow_unused=True)
+    assert from_disc[0] is None and from_disc[1].abs().sum() > 0
+    from_mlm = torch.autograd.grad(gdes(ids, attention, types, m).mlm_loss, table)[0]
+    full_mlm = torch.autograd.grad(full(ids, attention, types, m).mlm_loss, full.embeddings.word_embeddings.weight)[0]
+    assert torch.allclose(from_mlm, full_mlm)
+    # what fine-tuning and export take: the sum of the two tables
+    gdes.discriminator_word_delta.data.normal_()
+    body = ElectraModel.from_pretraining(gdes)
+    assert torch.equal(body.embeddings.word_embeddings.weight, table + gdes.discriminator_word_delta)
+
+
+def test_gradient_disentangled_sharing_exports_the_discriminators_own_table(tmp_path):
+    from transformers import ElectraForPreTraining
+
+    cfg = dataclasses.replace(tiny_model_config(), embedding_sharing="gradient_disentangled")
+    model = ElectraForPretraining(cfg)
+    model.discriminator_word_delta.data.normal_()
+    to_hf(model, tmp_path / "hf")
+    disc = ElectraForPreTraining.from_pretrained(tmp_path / "hf" / "discriminator")
+    gen = ElectraForMaskedLM.from_pretrained(tmp_path / "hf" / "generator")
+    shared = model.embeddings.word_embeddings.weight
+    assert torch.equal(disc.electra.embeddings.word_embeddings.weight, shared + model.discriminator_word_delta)
+    assert torch.equal(gen.electra.embeddings.word_embeddings.weight, shared)
+
+
+def test_the_discriminators_output_bias_starts_where_the_config_says():
+    cfg = tiny_model_config()
+    assert (ElectraForPretraining(cfg).discriminator.discriminator_predictions.dense_prediction.bias == 0).all()
+    prior = ElectraForPretraining(dataclasses.replace(cfg, disc_output_bias=-1.8))
+    assert prior.discriminator.discriminator_predictions.dense_prediction.bias.item() == pytest.approx(-1.8)

@@ -3,12 +3,15 @@
 import contextlib
 import math
 
+import numpy as np
+import pytest
 import torch
 
 from electra.config import load_config
 from electra.data.pretraining_data import open_pretraining_data
-from electra.modeling.electra import ElectraForPretraining
-from electra.training.evaluation import evaluate
+from electra.modeling.electra import ElectraForPretraining, attention_bias
+from electra.training.batches import batch_to_device, masked_batch
+from electra.training.evaluation import TokenStates, evaluate
 
 CPU = torch.device("cpu")
 
@@ -44,3 +47,51 @@ def test_evaluation_builds_no_graph_and_chunks_equal_whole_batches(monkeypatch):
     for k, v in whole.items():
         assert math.isclose(v, chunked[k], rel_tol=1e-5, abs_tol=1e-6) or (math.isnan(v) and math.isnan(chunked[k])), k
     assert model.training  # restored
+
+
+def test_effective_rank_and_mean_share_of_token_states():
+    """The rank is exp of the entropy of the normalised singular values (Roy & Vetterli 2007): k orthogonal
+    directions of equal weight give k, states on one line give 1; added in pieces, the same as all at once."""
+    g = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(64, 64, generator=g))[0]
+    for k in (1, 4, 32):
+        states = TokenStates()
+        coefficients = torch.linalg.qr(torch.randn(3000, k, generator=g))[0]  # orthonormal: each direction alike
+        whole = coefficients @ basis[:k]
+        for part in whole.split(700):
+            states.add(part)
+        assert states.effective_rank() == pytest.approx(k, rel=1e-4)
+        assert states.count == 3000
+    one_vector = TokenStates()
+    one_vector.add(torch.randn(64, generator=g).expand(500, 64) + 1e-3 * torch.randn(500, 64, generator=g))
+    assert one_vector.effective_rank() < 1.2 and one_vector.mean_share() > 0.999
+    centred = TokenStates()
+    centred.add(torch.randn(20000, 64, generator=g))
+    assert centred.mean_share() < 0.01 and centred.effective_rank() > 60
+
+
+def test_evaluation_reports_the_discriminators_last_layer_rank():
+    """Against the states computed directly: the discriminator's last layer over non-pad tokens of the set."""
+    cfg, data, model = _setup()
+    metrics = evaluate(model, data.eval, cfg, data.tokens, CPU, contextlib.nullcontext())
+    states = TokenStates()
+    special = torch.tensor(data.tokens.special_ids)
+    model.eval()
+    with torch.no_grad():
+        for start in (0, 16):
+            ids = np.arange(start, start + 16, dtype=np.int64)
+            batch = batch_to_device(data.eval.examples(ids), ids, CPU)
+            m = masked_batch(cfg, data.tokens, batch, special)
+            h = model.discriminator.electra(
+                model.embeddings(out_input(model, batch, m), batch["token_type_ids"]),
+                attention_bias(batch["attention_mask"]),
+            )
+            states.add(h[batch["attention_mask"].bool()])
+    assert metrics["disc_effective_rank"] == pytest.approx(states.effective_rank(), rel=1e-5)
+    assert metrics["disc_mean_share"] == pytest.approx(states.mean_share(), rel=1e-5)
+    assert 1 < metrics["disc_effective_rank"] <= cfg.model.hidden_size
+
+
+def out_input(model, batch, m):
+    """The discriminator's input: the sequence with the generator's samples at the chosen slots."""
+    return model.corrupt(batch["input_ids"], attention_bias(batch["attention_mask"]), batch["token_type_ids"], m)[3]
