@@ -24,7 +24,15 @@ from electra.config import ConfigError, PretrainConfig, from_dict
 from electra.glue.report import chance_summary
 from electra.modeling.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops, pfs_days
 from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
-from electra.training.health import COLLAPSE_FALL, GATE_AUC, GATE_LOSS_MARGIN, GATE_MLM_MARGIN, is_collapsed
+from electra.training.health import (
+    COLLAPSE_FALL,
+    COLLAPSE_HINT,
+    GATE_AUC,
+    GATE_LOSS_MARGIN,
+    GATE_MLM_MARGIN,
+    is_collapsed,
+    states_collapsed,
+)
 from electra.utils import wording
 
 # The paper's metric per task (ELECTRA paper / OFF README), and WNLI, which the study added.
@@ -172,6 +180,12 @@ def gate(run: PretrainRun | None) -> Gate:
         if not good and peak is not None and (auc is None or not auc > peak[1] - COLLAPSE_FALL):
             reasons.append(f"it had reached {peak[1]:.3f} at step {peak[0]:,}: the discriminator collapsed")
             return Gate(False, reasons, collapsed=True)
+        flat = states_collapsed(run.evals) if not good else None
+        if flat is not None:
+            reasons.append(
+                f"its last-layer token states collapsed to effective rank {flat[1]:.1f} by step {flat[0]:,} and stayed "
+                f"there: one answer for every token; the flag most likely to help: {COLLAPSE_HINT}"
+            )
     return Gate(ok, reasons)
 
 

@@ -10,13 +10,13 @@ By default everything is built in: the synthetic language (electra/data/syntheti
 who did what) is what the tasks need. That shows the machinery and what pretraining buys on data made for it; it
 says nothing about English GLUE.
 
-`--corpus FILE` pretrains on your text instead, with the `cpu` preset (tiny's encoder with rotary positions, the
-recipe that leaves the token-frequency plateau on real English within minutes; docs/results.md) after training a
-4096-token WordPiece tokenizer on it: ELECTRA (OFF's temperature 1), MLM and no pretraining at the FLOPs of
-REAL_TEXT_STEPS ELECTRA steps, fine-tuned with the `cpu` recipe; `--glue-dir DIR` fine-tunes on the GLUE tasks
-SST-2, MRPC, RTE and WNLI found there, each with its full schedule (SST-2's three epochs are 6,315 steps: at this
-size a pretrained start pays off over random weights only with it; capped at 800 steps it lands within the seeds'
-spread of them, docs/results.md). `--finetune-steps N` caps every run for a quicker look.
+`--corpus FILE` pretrains on your text instead, with the `cpu` preset (tiny's encoder with rotary positions, the recipe
+that leaves the token-frequency plateau on real English within minutes; docs/results.md) after training a 4096-token
+WordPiece tokenizer on it: ELECTRA (the preset's temperature, 3 falling to OFF's 1), MLM and no pretraining at the FLOPs
+of REAL_TEXT_STEPS ELECTRA steps, fine-tuned with the `cpu` recipe; `--glue-dir DIR` fine-tunes on the GLUE tasks SST-2,
+MRPC, RTE and WNLI found there, each with its full schedule (SST-2's three epochs are 6,315 steps: at this size a
+pretrained start pays off over random weights only with it; capped at 800 steps it lands within the seeds' spread of
+them, docs/results.md). `--finetune-steps N` caps every run for a quicker look.
 
 Why temperature 3 beside OFF's 1: at this size the generator's samples at temperature 1 are too hard for the
 two-layer discriminator, which barely learns to detect them (held-out AUC ~0.65 after 2000 steps on the built-in
@@ -51,8 +51,8 @@ SETTINGS = [
     "none:objective.kind=none",  # random initialisation: the no-pretraining baseline
 ]
 GLUE_TASKS = ("sst2", "mrpc", "rte", "wnli")
-# real text (--corpus): the cpu preset and recipe; ELECTRA at OFF's temperature only (temperature 3 was the
-# built-in language's crutch for a discriminator that could not learn from learned positions)
+# real text (--corpus): the cpu preset and recipe, its temperature schedule included (3 falling to 1 over 3000
+# steps: without it a discriminator deeper than the preset's collapses, docs/results.md)
 REAL_TEXT_STEPS = 2700  # ~3 minutes of the cpu preset's ELECTRA on one thread; MLM's equal FLOPs are 4497 steps
 REAL_TEXT_SETTINGS = ["electra:", "mlm:objective.kind=mlm", "none:objective.kind=none"]
 REAL_TEXT_COMMAND = "electra demo --corpus TEXT.txt --glue-dir GLUE_DIR --out runs/demo-text"
@@ -81,7 +81,7 @@ def demo(
     tasks = _tasks(glue_dir, out)
     cfg = load_config(base, [*PRETRAIN, f"model.vocab_size={vocabulary_size(data)}"])
     budget = off_train_flops(cfg, electra_steps)
-    which = "ELECTRA (temperature 1)" if real else "ELECTRA (temperature 1 and 3)"
+    which = "ELECTRA (the cpu preset's temperature schedule)" if real else "ELECTRA (temperature 1 and 3)"
     print(
         f"== the study at toy scale ({base} preset): {which}, MLM and no pretraining, each pretrained for "
         f"{budget:.3g} training FLOPs ({plural(electra_steps, 'ELECTRA step')}), fine-tuned over "

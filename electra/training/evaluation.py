@@ -9,6 +9,7 @@ whose held-out metrics stay there for `train.collapse_patience` evaluations (the
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from electra.data.tokenizer import TokenizerInfo
 from electra.modeling.electra import STAT_NAMES, ElectraForPretraining, metrics_from_stats
 from electra.training.batches import batch_to_device, masked_batch
 from electra.training.checkpoint import RunMeta
-from electra.training.health import is_collapsed
+from electra.training.health import COLLAPSE_HINT, is_collapsed, states_collapsed
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
 
@@ -149,6 +150,12 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def meta_evals(run_dir: Path) -> list[dict]:
+    """The held-out evaluation rows of a run's metrics.jsonl so far."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if "eval_disc_auc" in r]
+
+
 def watch_collapse(
     model,
     data,
@@ -182,6 +189,15 @@ def watch_collapse(
                 metrics["disc_auc"],
                 meta.collapse_streak,
             )
+            flat = states_collapsed(meta_evals(run_dir))
+            if flat is not None:
+                log.warning(
+                    "its last-layer token states collapsed to effective rank %.1f by step %d (one answer for every "
+                    "token); the change most likely to help: %s",
+                    flat[1],
+                    flat[0],
+                    COLLAPSE_HINT,
+                )
             meta.collapse_first_step = meta.collapse_first_step or step
         meta.collapsed = True
     elif meta.collapse_streak == 0:

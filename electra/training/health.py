@@ -3,6 +3,8 @@ collapse watch and the report's learning gate both read them."""
 
 from __future__ import annotations
 
+import math
+
 GATE_MLM_MARGIN = 0.02
 """Held-out accuracy at the slots shown as [MASK] must exceed the most-frequent-token rate there by this much (2
 points; the rate's standard error on the default held-out set of ~8k [MASK] slots is about 0.3 points). The
@@ -32,3 +34,26 @@ def is_collapsed(metrics: dict[str, float]) -> bool:
     recall, auc = metrics["disc_recall"], metrics["disc_auc"]
     separates = auc > GATE_AUC  # NaN does not
     return (not auc >= COLLAPSE_AUC) or (not recall >= COLLAPSE_RECALL and not separates)  # NaN counts as collapsed
+
+
+COLLAPSE_RANK = 5.0
+"""The discriminator's held-out last-layer token states with an effective rank (training/evaluation.py TokenStates)
+at or under this are nearly one vector: it gives the same answer for every token. Measured at 4 x 128 on English
+(docs/results.md): 2.2-4 for collapsed discriminators, 30-90 for learning ones, at steps 250-3000."""
+COLLAPSE_HINT = "--set objective.temperature_start=3 --set objective.temperature_steps=3000"
+"""The one change most likely to help a discriminator whose states collapsed: easier replacements first (a sampling
+temperature falling to 1), measured against warmup, generator lr, embedding sharing and the others (docs/results.md)."""
+
+
+def states_collapsed(evals: list[dict]) -> tuple[int, float] | None:
+    """(step, effective rank) of the first held-out evaluation from which on the discriminator's last-layer states
+    stayed collapsed (rank <= COLLAPSE_RANK at every later evaluation); None if they did not, or were not logged."""
+    ranks = [(r["step"], r.get("eval_disc_effective_rank")) for r in evals]
+    ranks = [(s, v) for s, v in ranks if isinstance(v, (int, float)) and math.isfinite(v)]
+    first = None
+    for step, rank in ranks:
+        if rank <= COLLAPSE_RANK:
+            first = first or (step, rank)
+        else:
+            first = None
+    return first

@@ -160,3 +160,34 @@ def test_a_better_baseline_is_said_when_it_is_significant():
     b = results({"rte": [70.0, 71.0, 72.0]})
     c = compare("mlm", a, "none", b, ["rte"])
     assert c.b_better and c.sentence("helped", "did NOT help").startswith("did NOT help (95% confidence): mlm -20.0")
+
+
+def test_the_gate_names_a_discriminator_whose_states_collapsed_the_step_and_the_flag():
+    """A discriminator that never passed the gate and whose last-layer effective rank stayed at the collapse level
+    (training/health.py) is said to have collapsed from the first such evaluation on, with the remedy's flag; a
+    rank that recovers later is not a collapse."""
+    from pathlib import Path
+
+    from electra.config import load_config
+    from electra.report.results import PretrainRun, gate
+    from electra.training.health import COLLAPSE_HINT
+
+    def run(ranks):
+        evals = [
+            {
+                "step": 250 * (i + 1),
+                "eval_masked_accuracy": 0.1,
+                "eval_mlm_majority_rate": 0.04,
+                "eval_disc_auc": 0.55,
+                "eval_disc_recall": 0.0,
+                "eval_disc_effective_rank": r,
+            }
+            for i, r in enumerate(ranks)
+        ]
+        return PretrainRun(Path("x"), load_config("cpu"), {"step": 250 * len(ranks)}, [], evals)
+
+    verdict = gate(run([40.0, 4.2, 9.0, 3.6, 2.2, 2.4]))
+    assert verdict.learned is False
+    said = verdict.describe()
+    assert "collapsed to effective rank 3.6 by step 1,000" in said and COLLAPSE_HINT in said
+    assert "collapsed to effective rank" not in gate(run([40.0, 3.0, 30.0])).describe()
