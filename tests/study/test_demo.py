@@ -65,7 +65,8 @@ def test_a_collapsed_pretraining_is_called_collapsed_not_never_learned(tmp_path)
 
 def test_the_demo_on_real_text_runs_the_cpu_preset_and_recipe(tmp_path, monkeypatch):
     """--corpus: the cpu preset (rotary positions), the cpu fine-tuning recipe, ELECTRA with the preset's temperature
-    schedule, MLM and none, each task's full fine-tuning schedule unless capped; what the study is asked to run, read before it runs."""
+    schedule, MLM and none, each task's full fine-tuning schedule unless capped; what the study is asked to run,
+    read before it runs."""
     import electra.study.demo as demo_module
     from tests.helpers import prepared_synthetic_corpus
 
