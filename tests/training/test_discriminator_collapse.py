@@ -58,7 +58,9 @@ def held_out(overrides: list[str], data: Path, run: Path) -> dict:
 
 @pytest.mark.slow
 def test_a_4x128_discriminator_collapses_at_temperature_1_and_lives_with_the_cpu_recipe(wiki_slice, tmp_path):
-    """Measured (Intel Xeon, one thread, ~2 min a run): see the assertions' comments."""
+    """Measured at step 500 (Intel Xeon family 6 model 167, one thread beside other work, 134-155 s a run): OFF's
+    temperature 1 rank 3.9, AUC 0.562, recall 0.000; the preset rank 36.1, AUC 0.788, recall 0.075. Without the
+    preset's schedule the second run is the first, and its assertion fails."""
     off = held_out(["objective.temperature_start=null"], wiki_slice, tmp_path / "off")
     ours = held_out([], wiki_slice, tmp_path / "ours")
     assert off["eval_disc_effective_rank"] <= COLLAPSE_RANK and off["eval_disc_auc"] < 0.6, off
