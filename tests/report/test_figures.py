@@ -158,3 +158,18 @@ def test_point_labels_do_not_overlap_and_the_side_file_holds_what_was_drawn(tmp_
     side = json.loads(figures.draw(dyn, tmp_path / "d.png").with_suffix(".json").read_text())
     loss = next(s for s in side["panels"][0]["lines"] if s["label"] == "training")
     assert loss["y"] == [5.0, None, 4.0] and not any(isinstance(v, float) and math.isnan(v) for v in loss["y"])
+
+
+def test_the_discriminators_effective_rank_is_drawn_where_it_was_logged():
+    """Runs logged before the rank existed draw no empty panel; runs with it get one, held out only."""
+    rows = eval_rows((0.7, 0.8))
+    for row, rank in zip(rows, (40.0, 2.5), strict=True):
+        row["eval_disc_effective_rank"] = rank
+    dynamics = figures.dynamics_data(train_rows(), rows, "run", "electra", gate_auc=0.6)
+    lines = panel(dynamics, "disc_effective_rank")["lines"]
+    assert [(s["label"], s["y"]) for s in lines] == [("held out", [40.0, 2.5])]
+    collapse = figures.collapse_data({"a": rows}, {}, gate_auc=0.6)
+    assert panel(collapse, "eval_disc_effective_rank")["lines"][0]["y"] == [40.0, 2.5]
+    assert "eval_disc_effective_rank" not in [
+        p["key"] for p in figures.collapse_data({"a": eval_rows((0.7,))}, {}, 0.6)["panels"]
+    ]

@@ -189,6 +189,7 @@ def test_table_4_and_figure_2_hold_the_generator_sweep(sweep):
         "eval_disc_recall",
         "eval_disc_auc",
         "eval_mlm_loss",
+        "eval_disc_effective_rank",  # logged since the rank existed
     ]
     auc = next(p for p in figure["panels"] if p["key"] == "eval_disc_auc")
     run = read_pretrain_run(sweep / "runs" / "g1" / "pretrain")
