@@ -465,10 +465,11 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
         for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
             set_learning_rate(run.optimizer, lr)
-            if cfg.objective.temperature_start is not None:
-                run.raw_model.set_temperature(temperature_at(step, cfg.objective))
-            if cfg.objective.uniform_replace_start is not None:
-                run.raw_model.set_uniform_replace(uniform_replace_at(step, cfg.objective))
+            if cfg.objective.kind == "electra":  # the generator's sampling schedules (the masked LM samples nothing)
+                if cfg.objective.temperature_start is not None:
+                    run.raw_model.set_temperature(temperature_at(step, cfg.objective))
+                if cfg.objective.uniform_replace_start is not None:
+                    run.raw_model.set_uniform_replace(uniform_replace_at(step, cfg.objective))
             if data_error is None:
                 try:
                     batches, masked = step_batches(run, step, prefetch.get(step))

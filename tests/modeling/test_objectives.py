@@ -305,3 +305,11 @@ def test_the_discriminators_output_bias_starts_where_the_config_says():
     assert (ElectraForPretraining(cfg).discriminator.discriminator_predictions.dense_prediction.bias == 0).all()
     prior = ElectraForPretraining(dataclasses.replace(cfg, disc_output_bias=-1.8))
     assert prior.discriminator.discriminator_predictions.dense_prediction.bias.item() == pytest.approx(-1.8)
+
+
+def test_the_masked_lm_trains_under_a_preset_with_sampling_schedules(tmp_path):
+    """The cpu preset anneals ELECTRA's sampling temperature; its masked LM (objective.kind=mlm) samples nothing and
+    must train under the same preset (it once stopped at step 0: no set_temperature on the masked LM)."""
+    overrides = [*FAST, "train.max_steps=3", "objective.kind=mlm", "objective.temperature_start=3"]
+    overrides += ["objective.temperature_steps=10", "objective.uniform_replace_start=0.5"]
+    assert pretrain(load_config("tiny", overrides), tmp_path / "run").step == 3
