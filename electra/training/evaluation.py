@@ -8,6 +8,7 @@ whose held-out metrics stay there for `train.collapse_patience` evaluations (the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -68,7 +69,11 @@ def evaluate(
 
     Runs under torch.inference_mode (no autograd graph: a 64-sequence graph of `base` is ~59 GiB) and `chunk`
     sequences at a time (the run's micro-batch, which --max-memory-gb chose; None: whole batches). Masks are keyed
-    per example, so the chunks see exactly the slots the whole batch would."""
+    per example, so the chunks see exactly the slots the whole batch would.
+
+    The generator samples at the objective's end point (objective.temperature, objective.uniform_replace_prob) at
+    every evaluation, whatever the training schedules have reached: the discriminator is always scored on the task
+    the recipe ends on, so a schedule's easier early replacements never flatter its curve."""
     was_training = model.training
     model.eval()
     special = torch.tensor(tokens.special_ids, device=device)
@@ -77,7 +82,7 @@ def evaluate(
     scores, labels, targets = [], [], []
     states = TokenStates()
     step = min(size, chunk or size)
-    with torch.inference_mode():
+    with torch.inference_mode(), at_schedule_ends(model):
         for start in range(0, cfg.train.eval_batches * size, step):  # the same examples as whole batches of `size`
             ids = np.arange(start, min(start + step, cfg.train.eval_batches * size), dtype=np.int64)
             batch = batch_to_device(source.examples(ids), ids, device)
@@ -107,6 +112,20 @@ def evaluate(
         metrics["disc_effective_rank"] = states.effective_rank()
         metrics["disc_mean_share"] = states.mean_share()
     return metrics
+
+
+@contextlib.contextmanager
+def at_schedule_ends(model: ElectraForPretraining):
+    """The generator samples at the objective's end points (its temperature and uniform-replacement fraction) inside
+    the block; what the training schedules had set comes back after it."""
+    saved = float(model.temperature), float(model.uniform_replace)
+    model.set_temperature(model.objective.temperature)
+    model.set_uniform_replace(model.objective.uniform_replace_prob)
+    try:
+        yield
+    finally:
+        model.set_temperature(saved[0])
+        model.set_uniform_replace(saved[1])
 
 
 class TokenStates:

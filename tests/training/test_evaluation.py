@@ -16,9 +16,10 @@ from electra.training.evaluation import TokenStates, evaluate
 CPU = torch.device("cpu")
 
 
-def _setup():
+def _setup(*overrides: str):
     cfg = load_config(
-        "tiny", ["model.dropout=0.0", "model.attention_dropout=0.0", "train.batch_size=16", "train.eval_batches=2"]
+        "tiny",
+        ["model.dropout=0.0", "model.attention_dropout=0.0", "train.batch_size=16", "train.eval_batches=2", *overrides],
     )
     data = open_pretraining_data(cfg.data, cfg.train.seed)
     torch.manual_seed(0)
@@ -95,3 +96,16 @@ def test_evaluation_reports_the_discriminators_last_layer_rank():
 def out_input(model, batch, m):
     """The discriminator's input: the sequence with the generator's samples at the chosen slots."""
     return model.corrupt(batch["input_ids"], attention_bias(batch["attention_mask"]), batch["token_type_ids"], m)[3]
+
+
+def test_evaluation_samples_at_the_schedules_end_points_and_puts_the_schedule_back():
+    """A discriminator is scored on the task the recipe ends on (temperature 1, no uniform replacements) at every
+    evaluation: the same numbers whatever the schedules had reached, which the training goes on with."""
+    cfg, data, model = _setup("objective.temperature_start=3.0", "objective.uniform_replace_start=0.5")
+    reference = evaluate(model, data.eval, cfg, data.tokens, CPU, contextlib.nullcontext())
+    model.set_temperature(3.0)
+    model.set_uniform_replace(0.5)
+    scheduled = evaluate(model, data.eval, cfg, data.tokens, CPU, contextlib.nullcontext())
+    assert scheduled["disc_auc"] == reference["disc_auc"]
+    assert scheduled["disc_loss"] == reference["disc_loss"]
+    assert float(model.temperature) == 3.0 and float(model.uniform_replace) == 0.5
