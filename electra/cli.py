@@ -12,11 +12,13 @@ import difflib
 import json
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 from electra.utils.errors import RankFailedError
+from electra.utils.wording import as_flags
 
 
 def _add_quiet(p: argparse.ArgumentParser, what: str = "no progress bars") -> None:
@@ -34,6 +36,7 @@ def _add_tokenizer(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help=kinds)
     p.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size, special tokens included")
     p.add_argument("--out", required=True, help="output folder (tokenizer.json is written into it)")
+    p.add_argument("--overwrite", action="store_true", help="replace the tokenizer that --out already holds")
     _add_input_arguments(p)
     _add_quiet(p)
 
@@ -47,7 +50,7 @@ INPUTS_HELP = (
 
 def _add_input_arguments(p: argparse.ArgumentParser) -> None:
     """The inputs and how to read them: shared by `tokenizer train` and `data prepare`."""
-    from electra.data.sources import DOC_SEPARATORS, ReadOptions
+    from electra.data.sources import BINARY_RATE, DOC_SEPARATORS, ReadOptions
 
     d = ReadOptions()
     separators = (
@@ -59,6 +62,11 @@ def _add_input_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--doc-separator", choices=DOC_SEPARATORS, default=d.doc_separator, help=separators)
     p.add_argument("--text-column", default=d.text_column, help=column)
     p.add_argument("--split", default=d.split, help="the split of a DatasetDict folder or hub dataset (default: train)")
+    binary = (
+        f"read inputs that are not UTF-8 text (over {BINARY_RATE * 100:g}%% of their bytes invalid UTF-8 or NUL: a "
+        "binary file, or another encoding), invalid sequences as U+FFFD"
+    )
+    p.add_argument("--allow-binary", action="store_true", help=binary)
 
 
 def _read_options(args: argparse.Namespace):
@@ -80,6 +88,8 @@ def _run_tokenizer(args: argparse.Namespace) -> int:
         args.out,
         show_progress=not args.quiet,
         read_options=_read_options(args),
+        overwrite=args.overwrite,
+        allow_binary=args.allow_binary,
     )
     vocab = load_tokenizer(path).get_vocab()
     print(f"wrote {path} ({len(vocab)} tokens) in {time.perf_counter() - start:.1f}s{_vocab_overshoot(vocab, args)}")
@@ -128,6 +138,7 @@ def _run_data(args: argparse.Namespace) -> int:
         not args.quiet,
         read_options=_read_options(args),
         allow_unknown_tokens=args.allow_unknown_tokens,
+        allow_binary=args.allow_binary,
     )
     print(summary(meta, args.out))
     return 0
@@ -209,6 +220,12 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     if meta.stopped_by_signal:
         print(f"stopped at step {meta.step} by signal {meta.stopped_by_signal}; continue with --resume auto")
         return 128 + meta.stopped_by_signal
+    if cfg.objective.kind == "none":
+        print(
+            f"wrote the no-pretraining baseline (the initialised model, step 0, 0 FLOPs) to {args.out}: "
+            f"fine-tune it with `electra glue --model {args.out}`"
+        )
+        return 0
     status = "the discriminator collapsed: see run.json" if meta.collapsed else "ok"
     print(f"finished step {meta.step} ({status}); run folder {args.out}")
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: once
@@ -356,7 +373,7 @@ def _parse_seeds(text: str) -> list[int]:
 
 def _run_glue(args: argparse.Namespace) -> int:
     from electra.config import load_finetune_config
-    from electra.glue.sweep import SweepSpec, run_sweep, write_report_only
+    from electra.glue.sweep import SweepInterrupted, SweepSpec, run_sweep, write_report_only
 
     if args.report_only:
         return 0 if write_report_only(args.out).ok else 1
@@ -383,7 +400,11 @@ def _run_glue(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
     )
-    return 0 if run_sweep(spec).ok else 1
+    try:
+        return 0 if run_sweep(spec).ok else 1
+    except SweepInterrupted as stop:  # Ctrl-C: what is done, what is not, and the command that continues
+        print("\n".join([*stop.lines(), f"continue with: {args.command_line}"]), flush=True)
+        return 130
 
 
 # -- study ------------------------------------------------------------------------------------------------------
@@ -465,8 +486,8 @@ def _run_study(args: argparse.Namespace) -> int:
     )
     try:
         report = run_study(spec)
-    except StudyStopped as err:
-        print(f"electra study: {err}", file=sys.stderr)
+    except StudyStopped as stop:  # a signal: what is done, what is not, and the command that continues
+        print("\n".join([*stop.lines, f"continue with: {args.command_line}"]), flush=True)
         return 130
     from electra.study.demo import verdict_lines
 
@@ -746,17 +767,48 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv[1:])
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{_flag_suggestion(parser, unknown)}")
+    args.command_line = shlex.join(["electra", *argv])  # what an interrupted glue or study prints to continue
     try:
         code = run(args) or 0
     except KeyboardInterrupt:
         code = 130
     except (ValueError, FileNotFoundError, OSError, RankFailedError) as err:
         # Errors we raise for bad input carry the file and line; show them as one line, not a traceback.
-        print(f"electra {name}: error: {err}", file=sys.stderr)
+        print(f"electra {name}: error: {_error_line(err, _flag_names(parser))}", file=sys.stderr)
         code = 2
     if name == "pretrain" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _leave_rank(code)
     return code
+
+
+def _error_line(err: BaseException, flags: dict[str, str]) -> str:
+    """The error's message with the library's arguments it names (`resume="auto"`, `overwrite=True`:
+    electra.utils.wording.argument) as the command's flags (--resume auto, --overwrite)."""
+    return as_flags(str(err), flags)
+
+
+PARAMETER_FLAGS = {
+    "run_dir": "--out",
+    "out_dir": "--out",
+    "settings": "--setting",
+    "overrides": "--set",
+    "finetune_overrides": "--finetune-set",
+}
+"""Library parameters (and StudySpec fields) whose flag has another name; the others are their flag's dest."""
+
+
+def _flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Parameter name -> the command's flag, for `as_flags`: each option's dest (its sub-subcommands' too), and
+    PARAMETER_FLAGS where the command has that flag."""
+    flags, parsers = {}, [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            long = [o for o in action.option_strings if o.startswith("--")]
+            if long:
+                flags.setdefault(action.dest, long[0])
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.values())
+    return flags | {name: flag for name, flag in PARAMETER_FLAGS.items() if flag in flags.values()}
 
 
 def _leave_rank(code: int) -> NoReturn:

@@ -104,10 +104,11 @@ class ObjectiveConfig:
     """The pretraining objective: replaced-token detection (ELECTRA paper section 2; defaults: OFF,
     google-research/electra) or BERT's masked language model at the same size, the baseline the paper compares with."""
 
-    kind: Literal["electra", "mlm"] = "electra"
+    kind: Literal["electra", "mlm", "none"] = "electra"
     """electra: a small generator fills the masked slots and the discriminator detects the replaced tokens; mlm:
     one masked LM as large as the discriminator, trained on the masked slots only, with BERT's 80/10/10 split of
-    the chosen positions ([MASK] / a random token / unchanged) whatever `mask_token_prob` says."""
+    the chosen positions ([MASK] / a random token / unchanged) whatever `mask_token_prob` says; none: no training,
+    the initialised model written as a step-0 run (the no-pretraining baseline)."""
     masking: Literal["fixed", "bernoulli"] = "fixed"
     """fixed: OFF's N = int((p + 0.005) * T) slots per sequence; bernoulli: RC's i.i.d. per-token masking."""
     position_sampling: Literal["with_replacement", "without_replacement"] = "with_replacement"

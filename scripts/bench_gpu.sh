@@ -92,7 +92,7 @@ part finetune 60 bench finetune "${common[@]}" --batch-size 32 --steps 20 --dtyp
 # tokenizer's vocabulary is far below 30522: the generator head is smaller than on real text)
 loop_data() {
   "$PY" -c "from electra.data.synthetic import write_synthetic_text as w; w('$OUT_DIR/corpus.txt', num_documents=4000)" &&
-    "$PY" -m electra.cli tokenizer train --kind wordpiece --vocab-size 30522 --out "$OUT_DIR/tok" "$OUT_DIR/corpus.txt" &&
+    "$PY" -m electra.cli tokenizer train --kind wordpiece --vocab-size 30522 --overwrite --out "$OUT_DIR/tok" "$OUT_DIR/corpus.txt" &&
     "$PY" -m electra.cli data prepare --tokenizer "$OUT_DIR/tok" --out "$OUT_DIR/data" "$OUT_DIR/corpus.txt"
 } >"$OUT_DIR/loop_data.log" 2>&1
 rm -rf "$OUT_DIR/loop_run" "$OUT_DIR/data"

@@ -67,5 +67,8 @@ def test_the_example_in_docs_api_md_runs_as_written(tmp_path, monkeypatch, capsy
     assert steps[-1] == 40
     results = json.loads((runs / "glue" / "results.json").read_text())
     assert sorted(results["tasks"]) == ["syn-agree", "syn-entail", "syn-sim", "syn-topic"]
+    for record in runs.glob("glue/runs/*/seed0/result.json"):  # its "loss A -> B" moved: A was B in every run
+        r = json.loads(record.read_text())
+        assert r["steps"] == 10 and r["loss_start"] != r["loss_end"], record
     assert (runs / "report" / "report.md").exists()
     assert f"report: {Path('runs/report/report.md')}" in capsys.readouterr().out

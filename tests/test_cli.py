@@ -200,3 +200,40 @@ def test_glue_on_a_missing_cuda_is_refused_before_any_data_is_read_in_pretrains_
     assert main(["pretrain", "--config", "tiny", "--device", "cuda", "--out", str(tmp_path / "run")]) == 2
     pretrain_err = capsys.readouterr().err.strip().splitlines()[-1]
     assert glue_err.split(": ", 1)[1] == pretrain_err.split(": ", 1)[1]
+
+
+def test_library_errors_name_python_arguments_and_the_cli_names_flags(tmp_path, capsys):
+    """`electra.pretrain(cfg, RUN)` into a run that holds checkpoints says `resume="auto"`, which is what Python takes;
+    `electra pretrain` says --resume auto. The same for the GLUE sweep's and the study's arguments."""
+    import electra
+
+    args = ["--config", "tiny", "--max-steps", "2", "--batch-size", "4", "--set", "train.eval_batches=1", "--quiet"]
+    run = tmp_path / "run"
+    assert main(["pretrain", *args, "--out", str(run)]) == 0
+    capsys.readouterr()
+    with pytest.raises(ValueError) as python:
+        electra.pretrain(load_config("tiny", ["train.max_steps=2"]), run, progress=False)
+    assert (
+        str(python.value) == f'{run} already holds checkpoints: pass `resume="auto"` to continue, or another `run_dir`'
+    )
+    assert main(["pretrain", *args, "--out", str(run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"electra pretrain: error: {run} already holds checkpoints: pass --resume auto to continue, or another --out"
+    )
+
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError, match=f"{missing}: `glue_dir` is not a folder"):
+        electra.run_sweep(
+            electra.SweepSpec(out=str(tmp_path / "g"), model=str(run), tasks=["rte"], glue_dir=str(missing))
+        )
+    assert main(["glue", "--model", str(run), "--tasks", "rte", "--glue-dir", str(missing), "--out", "g"]) == 2
+    assert capsys.readouterr().err.strip() == f"electra glue: error: {missing}: --glue-dir is not a folder"
+
+    with pytest.raises(ConfigError, match=r'^`budget="flops"`: flops needs a value'):
+        electra.run_study(electra.StudySpec(out=str(tmp_path / "s"), base="tiny", budget="flops"))
+    assert main(["study", "--out", str(tmp_path / "s"), "--base", "tiny", "--budget", "flops"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("electra study: error: --budget flops: flops needs a value, e.g. flops=1e14")
+    )

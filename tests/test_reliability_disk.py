@@ -63,11 +63,12 @@ def straight(tmp_path_factory) -> Path:
     return run
 
 
-def _after_a_full_disk(run: Path, err: str, straight: Path) -> None:
-    """The message names the file and the intact checkpoint; that checkpoint verifies; nothing partial is left."""
+def _after_a_full_disk(run: Path, err: str, straight: Path, resume: str = '`resume="auto"`') -> None:
+    """The message names the file and the intact checkpoint, and how to continue in the caller's words (`resume`:
+    the Python argument, or the CLI's flag); that checkpoint verifies; nothing partial is left."""
     assert err.startswith(f"disk full while writing {run / 'checkpoints' / 'step_00000006' / 'optimizer.pt'} (")
     assert f"the previous checkpoint {run / 'checkpoints' / 'step_00000004'} is intact" in err
-    assert err.endswith("free some space, then continue with --resume auto") and "\n" not in err
+    assert err.endswith(f"free some space, then continue with {resume}") and "\n" not in err
     assert [p.name for p in list_checkpoints(run)] == ["step_00000002", "step_00000004"]
     for ckpt in list_checkpoints(run):
         verify_checkpoint(ckpt)
@@ -82,7 +83,7 @@ def test_a_checkpoint_on_a_full_tmpfs_fails_clearly_and_resumes_once_there_is_ro
         assert cli_main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert err.startswith("electra pretrain: error: ")
-        _after_a_full_disk(run, err.removeprefix("electra pretrain: error: "), straight)
+        _after_a_full_disk(run, err.removeprefix("electra pretrain: error: "), straight, "--resume auto")
         grow(fs, "64m")
         assert cli_main([*args, "--resume", "auto"]) == 0
         assert_same_state(run, straight)

@@ -46,13 +46,14 @@ from electra.data.encoding import LineEncoder
 from electra.data.sources import (
     ReadOptions,
     ReadStats,
+    long_document_warnings,
     read_documents,
     resolve_inputs,
     source_fingerprint,
     total_size,
 )
 from electra.data.tokenizer import load_tokenizer
-from electra.utils.errors import DiskFullError, InputError, is_disk_full
+from electra.utils.errors import DiskFullError, InputError, RefusedError, is_disk_full
 from electra.utils.faults import failpoint
 from electra.utils.files import folder_lock
 from electra.utils.wording import plural
@@ -131,7 +132,7 @@ def check_unknown_rate(meta: dict, inputs: list[str], allow_unknown_tokens: bool
         "a tokenizer trained on it can: electra tokenizer train)"
     )
     if rate > UNK_REFUSE_RATE and not allow_unknown_tokens:
-        raise InputError(f"{what}; refusing to prepare it (--allow-unknown-tokens forces it)")
+        raise RefusedError(f"{what}; refusing to prepare it", "allow_unknown_tokens", "forces it")
     log.warning("%s", what)
 
 
@@ -146,14 +147,16 @@ def _check_existing(out: Path, tok_sha: str, fingerprint: str, overwrite: bool) 
     try:
         meta = read_metadata(out)
     except ValueError as err:
-        raise ValueError(f"{err} (or pass --overwrite)") from None
+        raise RefusedError(str(err), "overwrite", "replaces it") from None
     if meta.get("tokenizer_sha256") != tok_sha:
-        raise ValueError(
+        raise RefusedError(
             f"{out}: prepared with another tokenizer (sha256 {meta.get('tokenizer_sha256', '?')[:12]}, "
-            f"this one is {tok_sha[:12]}); use another --out, or --overwrite to replace it"
+            f"this one is {tok_sha[:12]}); use another output folder",
+            "overwrite",
+            "replaces it",
         )
     if meta.get("source_fingerprint") != fingerprint:
-        raise ValueError(f"{out}: prepared from other inputs; use another --out, or --overwrite to replace it")
+        raise RefusedError(f"{out}: prepared from other inputs; use another output folder", "overwrite", "replaces it")
     return meta
 
 
@@ -166,10 +169,12 @@ def prepare(
     show_progress: bool = True,
     read_options: ReadOptions | None = None,
     allow_unknown_tokens: bool = False,
+    allow_binary: bool = False,
 ) -> dict:
     """Tokenize `inputs` (read as `read_options` says, by default ReadOptions()) with `tokenizer` into `out_dir`;
     returns the metadata written (or found up to date). Holds `out_dir`'s lock while it works. A corpus mostly of
-    [UNK] tokens is refused unless `allow_unknown_tokens` (check_unknown_rate)."""
+    [UNK] tokens is refused unless `allow_unknown_tokens` (check_unknown_rate), an input that is not UTF-8 text
+    unless `allow_binary` (sources.check_binary); a refusal keeps whatever `out_dir` held."""
     start_time = time.perf_counter()
     read_options = read_options or ReadOptions()
     out = Path(out_dir)
@@ -188,7 +193,7 @@ def prepare(
         name = ""
         try:
             name = TOKENS_FILE
-            meta = _tokenize(inputs, resolved, read_options, tok_json, tmp, workers, show_progress)
+            meta = _tokenize(inputs, resolved, read_options, tok_json, tmp, workers, show_progress, allow_binary)
             check_unknown_rate(meta, inputs, allow_unknown_tokens)  # before anything is kept
             for name, array in ((DOCS_FILE, meta.pop("_doc_offsets")), (LINES_FILE, meta.pop("_line_offsets"))):
                 buf = io.BytesIO()
@@ -228,9 +233,10 @@ def _tokenize(
     tmp: Path,
     workers: int | None,
     show_progress: bool,
+    allow_binary: bool,
 ) -> dict:
     """Write tmp/tokens.bin; returns the metadata so far, with the offset arrays under `_doc_offsets` and
-    `_line_offsets`."""
+    `_line_offsets`. Warns of .txt files whose documents are few for their size (long_document_warnings)."""
     from tokenizers import Tokenizer
     from tqdm import tqdm
 
@@ -244,7 +250,7 @@ def _tokenize(
     doc_line_counts: list[np.ndarray] = []
     num_tokens = empty_after_tokenizing = 0
     tokens_hash = hashlib.sha256()
-    docs = read_documents(resolved, read_options, stats)
+    docs = read_documents(resolved, read_options, stats, allow_binary)
     with (
         open(tmp / TOKENS_FILE, "wb") as f,
         tqdm(
@@ -273,6 +279,8 @@ def _tokenize(
         os.fsync(f.fileno())
     if num_tokens == 0:
         raise InputError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
+    for warning in long_document_warnings(stats, read_options.doc_separator):
+        log.warning("%s", warning)
     line_offsets = np.concatenate([[0], np.cumsum(np.concatenate(line_lengths))]).astype(np.int64)
     line_counts = np.concatenate(doc_line_counts)
     doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
@@ -371,7 +379,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 def summary(meta: dict, out: str | Path) -> str:
     s = (
-        f"{out}: {meta['num_documents']:,} documents, {meta['num_tokens']:,} tokens ({meta['dtype']}) from "
+        f"{out}: {plural(meta['num_documents'], 'document')}, {meta['num_tokens']:,} tokens ({meta['dtype']}) from "
         f"{meta['bytes'] / 1e6:.1f} MB of text, prepared in {meta['elapsed_s']:.1f}s "
         f"({meta['tokens_per_s'] / 1e6:.2f}M tokens/s, {plural(meta['workers'], 'worker')})"
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from electra.data.sources_text import ReadStats, split_lines
 from electra.utils.errors import InputError
+from electra.utils.wording import argument
 
 ROWS_PER_BATCH = 1024
 SAVED_DATASET_MARKERS = ("dataset_dict.json", "state.json")
@@ -32,12 +33,18 @@ def _check_text_type(name: str, column: str, arrow_type) -> None:
     import pyarrow as pa
 
     if not (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)):
-        raise InputError(f"{name}: column '{column}' holds {arrow_type}, not strings; choose one with --text-column")
+        raise InputError(
+            f"{name}: column '{column}' holds {arrow_type}, not strings; choose one with "
+            f"{argument('read_options.text_column')}"
+        )
 
 
 def _check_column(name: str, column: str, columns: list[str]) -> None:
     if column not in columns:
-        raise InputError(f"{name}: no column '{column}' (columns: {', '.join(columns)}); choose one with --text-column")
+        raise InputError(
+            f"{name}: no column '{column}' (columns: {', '.join(columns)}); choose one with "
+            f"{argument('read_options.text_column')}"
+        )
 
 
 def _row_documents(texts: Iterable, name: str, first_row: int, stats: ReadStats) -> Iterator[list[str]]:
@@ -133,7 +140,10 @@ def saved_dataset_documents(path: str, column: str, split: str, size: int, stats
         raise InputError(f"{path}: not a readable `datasets` folder ({_one_line(err)})") from None
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
-            raise InputError(f"{path}: no split '{split}' (splits: {', '.join(ds)}); choose one with --split")
+            raise InputError(
+                f"{path}: no split '{split}' (splits: {', '.join(ds)}); choose one with "
+                f"{argument('read_options.split')}"
+            )
         ds = ds[split]
     yield from _dataset_documents(ds, path, column, size, stats)
 
@@ -151,7 +161,10 @@ def hub_builder(spec: str, split: str):
         ) from None
     splits = builder.info.splits
     if splits and split not in splits:
-        raise InputError(f"{spec}: no split '{split}' (splits: {', '.join(splits)}); choose one with --split")
+        raise InputError(
+            f"{spec}: no split '{split}' (splits: {', '.join(splits)}); choose one with "
+            f"{argument('read_options.split')}"
+        )
     return builder
 
 

@@ -2,8 +2,8 @@
 
 A document is a list of non-empty, stripped lines. Files are read in pieces, archives as streams (never
 extracted), so memory holds one document and one piece of file at a time. Bytes that are not valid UTF-8 are
-replaced by U+FFFD and counted, never fatal; error locations name the file (inside an archive: ARCHIVE/MEMBER)
-and the line.
+replaced by U+FFFD and counted, and so are NUL bytes (sources.py refuses an input where they are many); error
+locations name the file (inside an archive: ARCHIVE/MEMBER) and the line.
 
 OpenWebText as distributed: `openwebtext.tar.xz` holds `openwebtext/urlsf_subsetNN-M_data.xz` files, each an
 xz-compressed tar of .txt files with one document per file (blank lines separate its paragraphs). Any .txt inside
@@ -49,7 +49,11 @@ class ReadStats:
     """Invalid UTF-8 sequences replaced by U+FFFD."""
     first_replacement: str | None = None
     """file:line of the first replacement."""
+    nul_bytes: int = 0
+    """NUL bytes: valid UTF-8, but text has none (binary files and UTF-16 text do)."""
     files: list[str] = field(default_factory=list)
+    txt_files: list[tuple[str, int, int, int]] = field(default_factory=list)
+    """(path, bytes, documents, lines) of each .txt input read: did the document separator find its documents?"""
 
 
 class _CountingReader(io.RawIOBase):
@@ -79,7 +83,9 @@ def open_counted(path: str, stats: ReadStats) -> io.BufferedReader:
 
 
 def _decode(raw: bytes, name: str, first_line: int, stats: ReadStats) -> str:
-    """UTF-8 text of `raw` (which starts at line `first_line` of `name`), invalid bytes replaced and counted."""
+    """UTF-8 text of `raw` (which starts at line `first_line` of `name`), invalid bytes replaced and counted, NUL
+    bytes counted."""
+    stats.nul_bytes += raw.count(b"\0")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -14,6 +14,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from electra.data.sources import ReadOptions, ReadStats, read_documents, resolve_inputs, total_size
+from electra.utils.errors import InputError, RefusedError
+from electra.utils.wording import argument
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +112,26 @@ def train_tokenizer(
     out_dir: str | Path,
     show_progress: bool = True,
     read_options: ReadOptions | None = None,
+    overwrite: bool = False,
+    allow_binary: bool = False,
 ) -> Path:
     """Train on text, archives, tables, folders or a hub dataset (sources.py, read as `read_options` says, by
     default ReadOptions()); write out_dir/tokenizer.json.
 
-    The special tokens come first, so [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 whatever the data.
+    The special tokens come first, so [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 whatever the data. A folder that
+    already holds a tokenizer is refused unless `overwrite`, an input that is not UTF-8 text unless `allow_binary`
+    (sources.check_binary).
     """
     from tokenizers import pre_tokenizers, trainers
     from tqdm import tqdm
 
     read_options = read_options or ReadOptions()
     if vocab_size < 300:
-        raise ValueError(f"--vocab-size {vocab_size} is too small: use at least 300 (256 bytes + 5 special tokens)")
+        raise ValueError(
+            f"{argument('vocab_size', vocab_size)} is too small: use at least 300 (256 bytes + 5 special tokens)"
+        )
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir, overwrite)  # before the work, not after it
     resolved = resolve_inputs(inputs, read_options)
     tok = new_tokenizer(kind)
     common = dict(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=show_progress)
@@ -135,7 +145,7 @@ def train_tokenizer(
         def batches():
             # Lists of lines: the trainer pre-tokenizes each batch in parallel in Rust.
             batch, seen = [], 0
-            for doc in read_documents(resolved, read_options, stats):
+            for doc in read_documents(resolved, read_options, stats, allow_binary):
                 batch += doc
                 if len(batch) >= 1000:
                     yield batch
@@ -149,7 +159,6 @@ def train_tokenizer(
     for i, token in enumerate(SPECIAL_TOKENS):
         assert tok.token_to_id(token) == i, f"{token} should have id {i}"
     add_post_processor(tok)
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tokenizer.json.tmp-{os.getpid()}"
     tok.save(str(tmp), pretty=True)
@@ -164,6 +173,15 @@ def train_tokenizer(
         stats.bytes / 1e6,
     )
     return out_dir / "tokenizer.json"
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse a folder that already holds a tokenizer (one load_tokenizer would read), unless `overwrite`."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a folder")
+    held = [name for name in ("tokenizer.json", "vocab.txt") if (out_dir / name).exists()]
+    if held and not overwrite:
+        raise RefusedError(f"{out_dir}: already holds a tokenizer ({', '.join(held)})", "overwrite", "replaces it")
 
 
 @dataclass(frozen=True)

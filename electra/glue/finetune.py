@@ -41,6 +41,7 @@ from electra.training.precision import resolve_precision
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
 from electra.utils.machine import describe_machine
+from electra.utils.wording import argument
 
 
 @dataclass
@@ -59,7 +60,9 @@ def load_pretrained(path: str, tokenizer_dir: str | None = None) -> Pretrained:
     body, cfg, found = load_discriminator(path)
     tok_dir = Path(tokenizer_dir) if tokenizer_dir else found
     if tok_dir is None:
-        raise FileNotFoundError(f"{path}: no tokenizer found beside the model; pass a tokenizer folder (--tokenizer)")
+        raise FileNotFoundError(
+            f"{path}: no tokenizer found beside the model; pass a tokenizer folder ({argument('tokenizer')})"
+        )
     tokenizer = load_tokenizer(tok_dir)
     if tokenizer.get_vocab_size() > cfg.vocab_size:
         n = tokenizer.get_vocab_size()
@@ -142,6 +145,15 @@ def train_step(
 
 
 LOG_EVERY = 10  # steps between reads of the training loss (for the progress bar and the non-finite check)
+LOSS_WINDOW = 10
+"""Steps averaged for a run's first and last loss (its record's loss_start and loss_end); at most half the run
+each, so that a short run's two ends are different steps (10 steps of 10 made them the same mean)."""
+
+
+def loss_window(steps: int) -> int:
+    """How many of a run's `steps` its first and last loss average: LOSS_WINDOW, at most half of them (1 for a
+    one-step run, whose two ends are its one step)."""
+    return max(1, min(LOSS_WINDOW, steps // 2))
 
 
 def check_finite(losses: torch.Tensor, step: int, what: str) -> list[float]:
@@ -214,7 +226,7 @@ def finetune(
             history.append({"epoch": epoch + 1, "step": step, "metrics": evaluate(model, prep, cfg, device, scale)[0]})
     bar.close()
 
-    losses = losses[:step].tolist()
+    losses, window = losses[:step].tolist(), loss_window(step)
     scores, extra, check = evaluate(model, prep, cfg, device, scale)
     write_metrics(run_dir, {"step": step, **{f"dev_{k}": v for k, v in {**scores, **extra}.items()}}, writers)
     record = {
@@ -229,8 +241,8 @@ def finetune(
         "steps": step,
         "epochs": epochs,
         "warmup_steps": warmup,
-        "loss_start": float(np.mean(losses[:10])) if losses else None,
-        "loss_end": float(np.mean(losses[-10:])) if losses else None,
+        "loss_start": float(np.mean(losses[:window])) if losses else None,
+        "loss_end": float(np.mean(losses[-window:])) if losses else None,
         "chance": dataclasses.asdict(check),
         "history": history,
         "seconds": round(time.time() - start, 2),

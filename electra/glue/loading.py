@@ -20,6 +20,7 @@ from pathlib import Path
 from electra.data.sources_datasets import _import_datasets, _one_line
 from electra.glue.tasks import HUB_DATASET, Split, Task, TaskSpec, parquet_files
 from electra.utils.errors import InputError
+from electra.utils.wording import argument
 
 INDEX_COLUMNS = ("index", "id")  # the test files' row ids (QQP calls it id); submissions echo them
 
@@ -205,7 +206,7 @@ def _hub_schema_splits(spec: TaskSpec):
         except Exception as err:  # offline and not cached, no network, ...
             raise InputError(
                 f"{HUB_DATASET} ({task.hub_config}): not in the local datasets cache, and the hub is not reachable "
-                f"({_one_line(err)}); pass a GLUE folder with --glue-dir"
+                f"({_one_line(err)}); pass a GLUE folder as {argument('glue_dir')}"
             ) from None
         where = f"{HUB_DATASET} {task.hub_config}"
 

@@ -53,6 +53,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 METRIC_FUNCTIONS = {"mcc": mcc, "accuracy": accuracy, "f1": f1, "pearson": pearson, "spearman": spearman}
+CORRELATIONS = ("pearson", "spearman")
 
 
 def compute(metrics: tuple[str, ...], pred: np.ndarray, gold: np.ndarray, suffix: str = "") -> dict[str, float]:
@@ -87,13 +88,16 @@ def chance_check(
     """Is a dev result within noise of what a model that ignores its input would get?
 
     Classification: accuracy vs. predicting the training set's majority class (margin 2 * sqrt(p(1-p)/n)), and
-    for MCC-scored tasks MCC within 2/sqrt(n) of 0. Regression: Pearson within 2/sqrt(n) of 0.
+    for MCC-scored tasks MCC within 2/sqrt(n) of 0. Regression: the task's main correlation (STS-B: Spearman, the
+    number the paper reports; Pearson where the main metric is no correlation) within 2/sqrt(n) of 0, so that the
+    check is about the number a summary shows.
     """
     n = len(gold)
     if regression:
-        r = pearson(pred, gold)
-        margin = 100.0 * 2 / np.sqrt(n)
-        return ChanceCheck(bool(abs(r) <= margin), "pearson", r, 0.0, float(margin), bool(np.all(pred == pred[0])))
+        metric = main_metric if main_metric in CORRELATIONS else "pearson"
+        r = METRIC_FUNCTIONS[metric](pred, gold)
+        margin = 100.0 * 2 / np.sqrt(n)  # the standard error of either correlation at 0 is about 1/sqrt(n)
+        return ChanceCheck(bool(abs(r) <= margin), metric, r, 0.0, float(margin), bool(np.all(pred == pred[0])))
     constant = bool(np.all(pred == pred[0]))
     if main_metric.startswith("mcc"):
         value, margin = mcc(pred, gold), 100.0 * 2 / np.sqrt(n)

@@ -5,7 +5,9 @@
                   "n"}, "seconds", "machines"}}, "scores": {"paper", "glue", "study"}, "missing": [...]}
                   ("machines": where the seconds were taken, electra.utils.machine)
     results.csv   one row per (task, metric), then the aggregates
-    results.md    the same for people, with what each aggregate includes and the chance-level warnings
+    results.md    the same for people, with what each aggregate includes, the chance-level warnings, and the
+                  learning gate's verdict on the pretrained model (electra/training/health.py: the word `electra
+                  report` gives it)
 
 Aggregates use each task's median over seeds (OFF reports medians). A required task without results makes the
 score null and is listed in "missing": never averaged over silently. Custom tasks are never part of them.
@@ -21,8 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
+from electra.config import from_dict
 from electra.glue.tasks import GLUE_TASKS
+from electra.training.health import Gate, held_out, learning_gate
 from electra.utils.files import write_atomic
 from electra.utils.wording import plural
 
@@ -166,6 +171,48 @@ def chance_lines(by_task: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def run_folder(model: str | None) -> Path | None:
+    """The pretraining run folder `model` names (a checkpoint stands for its run), if it is one here (config.yaml);
+    None for an HF folder or a hub id."""
+    if not model:
+        return None
+    path = Path(model)
+    if path.parent.name == "checkpoints":
+        path = path.parent.parent
+    return path if (path / "config.yaml").is_file() else None
+
+
+def pretraining_gate(model: str | None) -> Gate:
+    """The learning gate's verdict on the run a sweep fine-tuned, judged on its last held-out evaluation as `electra
+    report` judges it; not judged for random initialisation (objective.kind none, or a step-0 run) or a model that is
+    no run folder of ours."""
+    run = run_folder(model)
+    if run is None:
+        return Gate(None, ["not judged: no pretraining run of ours at hand (an HF folder or a hub model)"])
+    try:  # files only, as `electra report` reads them (no torch)
+        kind = from_dict(yaml.safe_load((run / "config.yaml").read_text()), str(run / "config.yaml")).objective.kind
+        step = json.loads((run / "run.json").read_text()).get("step", 0) if (run / "run.json").exists() else 0
+        lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+        evals = held_out([json.loads(line) for line in lines if line.strip()])
+    except (OSError, ValueError, yaml.YAMLError) as err:  # a file that does not parse: said, not fatal
+        return Gate(None, [f"not judged: cannot read the pretraining run {run} ({' '.join(str(err).split())})"])
+    if kind == "none" or step == 0:
+        return Gate(None, ["random initialisation, not pretrained"])
+    return learning_gate(kind, evals)
+
+
+def gate_lines(gate: Gate) -> list[str]:
+    """results.md's paragraph on the pretrained model: the gate's verdict and what it means for the scores."""
+    lines = [f"Pretraining, by the learning gate (`electra report`'s verdict): {gate.describe()}."]
+    if gate.learned is False:
+        lines += [
+            "",
+            "**The gate rejects this pretraining: the scores below measure fine-tuning from weights that did not",
+            "learn what the objective teaches, not the objective.**",
+        ]
+    return lines
+
+
 def write_report(out: Path, records: list[dict], failed: list[dict], header: dict) -> dict:
     """Write results.json / .csv / .md into `out` (each atomically); returns the results.json object."""
     summary = summarize(records)
@@ -193,6 +240,7 @@ def _csv(summary: dict) -> str:
 
 def _markdown(summary: dict, failed: list[dict], header: dict) -> str:
     lines = [f"# GLUE dev results: {header.get('model', '')}", ""]
+    lines += [*gate_lines(pretraining_gate(header.get("model"))), ""]
     lines += [
         "Scores on a 0-100 scale. Per task and metric: the median over fine-tuning seeds from one pretrained model,",
         "then mean ± sample std, min-max and the number of seeds.",

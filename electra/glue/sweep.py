@@ -12,9 +12,10 @@ then report. `run_sweep(SweepSpec(...))` does the work; electra/cli.py only turn
     OUT/wandb/                           with `loggers` wandb: one W&B run per (task, seed), grouped by OUT's name
 
 Running the same spec again skips finished runs and takes over runs whose claiming process died, so a killed
-sweep resumes where it stopped. With several devices or workers, one process per worker (`python -m
-electra.glue.sweep SPEC.json DEVICE`, given the SweepSpec as JSON) divides the runs with the others through the
-claim files (so do separate sweeps, e.g. on several machines sharing OUT).
+sweep resumes where it stopped; Ctrl-C (SIGINT) raises SweepInterrupted, which says which runs finished, which were
+interrupted (they start again from their first step) and which had not started. With several devices or workers,
+one process per worker (`python -m electra.glue.sweep SPEC.json DEVICE`, given the SweepSpec as JSON) divides the
+runs with the others through the claim files (so do separate sweeps, e.g. on several machines sharing OUT).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +40,7 @@ import torch
 from electra.config import ConfigError, FinetuneConfig, merge, validate_finetune
 from electra.glue.finetune import Pretrained, finetune, load_pretrained, prepare
 from electra.glue.loading import TaskData, load_task
-from electra.glue.report import chance_lines, write_report
+from electra.glue.report import chance_lines, pretraining_gate, write_report
 from electra.glue.submission import write_submission
 from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
 from electra.modeling.hub import model_identity
@@ -47,7 +49,7 @@ from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
-from electra.utils.wording import plural
+from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.glue")
 
@@ -89,6 +91,58 @@ class SweepSpec:
     """Trackers each run also logs to (tensorboard, wandb): one tracker run per (task, seed), grouped by sweep."""
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped the sweep. Its finished runs are kept, and in the report; running the same sweep
+    again does the rest, the interrupted runs from their first step. `lines()`: what finished, what was interrupted,
+    what had not started, and where the report is."""
+
+    def __init__(
+        self,
+        interrupted: Sequence[tuple[str, int]],
+        finished: Sequence[tuple[str, int]] = (),
+        waiting: Sequence[tuple[str, int]] = (),
+        out: str | None = None,
+    ):
+        super().__init__(interrupted, finished, waiting, out)  # args: so that it pickles
+        self.interrupted, self.finished, self.waiting, self.out = list(interrupted), list(finished), list(waiting), out
+
+    def lines(self) -> list[str]:
+        total = len(self.finished) + len(self.interrupted) + len(self.waiting)
+        lines = [
+            f"stopped (Ctrl-C): {len(self.finished)} of {plural(total, 'run')} finished, {len(self.interrupted)} "
+            f"interrupted, {len(self.waiting)} not started",
+            f"  finished: {runs_text(self.finished)}",
+            f"  interrupted: {self.interrupted_text()}",
+            f"  not started: {runs_text(self.waiting)}",
+        ]
+        if self.out is not None and self.finished:
+            lines.append(f"report of the finished runs: {Path(self.out) / 'results.md'}")
+        return lines
+
+    def interrupted_text(self) -> str:
+        """ "rte seed 2 (it starts again from its first step)"; "none"."""
+        return runs_text(self.interrupted) + _restart(len(self.interrupted))
+
+    def __str__(self) -> str:
+        return "\n".join([*self.lines(), "running the same sweep again continues it"])
+
+
+def _restart(n: int) -> str:
+    """What happens to `n` interrupted runs when the sweep runs again."""
+    if n == 0:
+        return ""
+    return " (it starts again from its first step)" if n == 1 else " (they start again from their first step)"
+
+
+def runs_text(runs: list[tuple[str, int]]) -> str:
+    """(task, seed) pairs as people read them: "rte seeds 0, 1; mrpc seed 2" (tasks in the order given)."""
+    by_task: dict[str, list[int]] = {}
+    for task, seed in runs:
+        by_task.setdefault(task, []).append(seed)
+    parts = [f"{task} seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for task, seeds in by_task.items()]
+    return "; ".join(parts) or "none"
+
+
 @dataclass
 class SweepResult:
     """What a sweep left in its folder: the report, the failures, and how its worker processes ended."""
@@ -116,19 +170,26 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
     for name in skipped:
         log.warning("skipping %s: no %s data in %s", name, name, spec.glue_dir)
     header = check_sweep_header(out, spec, write=True)
-    data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails before hours
-    for name, d in data.items():
-        print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
-    pending = [(t, s) for t in data for s in spec.seeds if not (run_dir(out, t, s) / "result.json").exists()]
-    pretrained = load_pretrained(spec.model, spec.tokenizer) if pending else None  # a bad model fails now
-    devices = spec.devices or [spec.device] * spec.num_workers
-    codes: list[int] = []
-    if len(devices) > 1:
-        codes = spawn_workers(spec, devices, on_runs)
-        if any(codes):
-            log.error("worker processes exited with %s; run the same sweep again to resume", codes)
-    else:
-        work(spec, header, data, resolve_device(devices[0]), pretrained, on_runs)
+    runs = [(t.task.name, s) for t in tasks for s in spec.seeds]
+    try:
+        data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails now
+        for name, d in data.items():
+            print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
+        pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
+        pretrained = load_pretrained(spec.model, spec.tokenizer) if pending else None  # a bad model fails now
+        devices = spec.devices or [spec.device] * spec.num_workers
+        codes: list[int] = []
+        if len(devices) > 1:
+            codes = spawn_workers(spec, devices, on_runs)
+            if any(codes):
+                log.error("worker processes exited with %s; run the same sweep again to resume", codes)
+        else:
+            work(spec, header, data, resolve_device(devices[0]), pretrained, on_runs)
+    except KeyboardInterrupt as stop:  # Ctrl-C: what is done and what is not, from the folder
+        finished = [r for r in runs if (run_dir(out, *r) / "result.json").exists()]
+        interrupted = [r for r in getattr(stop, "interrupted", []) if r not in finished]
+        waiting = [r for r in runs if r not in finished and r not in interrupted]
+        raise SweepInterrupted(interrupted, finished, waiting, str(out)) from None
     return finish(out, header, codes)
 
 
@@ -140,7 +201,7 @@ def write_report_only(out: str | Path) -> SweepResult:
 def check_spec(spec: SweepSpec) -> None:
     """Refuse a spec no sweep can run, before any work starts."""
     if not spec.model:
-        raise ValueError("a sweep needs a model: a run folder, a checkpoint or an HF folder (--model)")
+        raise ValueError(f"a sweep needs a model: a run folder, a checkpoint or an HF folder ({argument('model')})")
     seeds = spec.seeds
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise ValueError(f"seeds {seeds}: need at least one seed, distinct and non-negative")
@@ -196,6 +257,8 @@ def work(
             write_json(rdir / "result.json", record)
             (rdir / "failed.json").unlink(missing_ok=True)
             print(f"[{i}/{len(todo)}] {summary_line(record)}", flush=True)
+        except KeyboardInterrupt:  # Ctrl-C: the run is dropped (its claim too, below) and named
+            raise SweepInterrupted([(task, seed)]) from None
         except FloatingPointError as err:  # this run diverged; the others may not
             write_json(rdir / "failed.json", {"task": task, "seed": seed, "error": str(err)}, indent=None)
             log.error("%s", err)
@@ -242,7 +305,10 @@ def finish(out: Path, header: dict, worker_exit_codes: list[int]) -> SweepResult
             also = f" (the server also needs: {', '.join(missing)})" if missing else ""
             print(f"GLUE submission: {zip_path}{also}")
     print(f"report: {out / 'results.md'} (also .json, .csv)")
-    print("\n".join(summary_lines(results, records, failed)))  # last: what the sweep gave
+    print("\n".join(summary_lines(results, records, failed)))  # last: what the sweep gave, from what model
+    gate = pretraining_gate(header.get("model"))
+    if gate.learned is not None:
+        print(f"pretraining, by the learning gate: {gate.word.upper()} (results.md says why)")
     return SweepResult(results, failed, worker_exit_codes)
 
 
@@ -258,7 +324,7 @@ def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> lis
         seeds = plural(s["n"], "seed")
         lines.append(
             f"{task:<12} {metric:<12} {s['median']:6.2f} ± {s['std']:.2f} (median ± std over {seeds}"
-            f"{_chance(entry.get('chance'), metric)})"
+            f"{_chance(entry.get('chance'))})"
         )
     scores = [f"{style} {score:.2f}" for style, score in results["scores"].items() if score is not None]
     if scores:
@@ -272,13 +338,13 @@ def summary_lines(results: dict, records: list[dict], failed: list[dict]) -> lis
     return lines
 
 
-def _chance(chance: dict | None, metric: str) -> str:
-    """ "; chance 50.00": the task's chance level (results.json's, electra/glue/report.py chance_summary), with its
-    metric where that is not the task's main one; "" for results written before it was recorded."""
+def _chance(chance: dict | None) -> str:
+    """ "; chance accuracy 50.00": the task's chance level (results.json's, electra/glue/report.py chance_summary)
+    named by the metric it is a level of (STS-B's: Spearman, the line's; results written before that: Pearson);
+    "" for results written before it was recorded."""
     if not chance:
         return ""
-    named = "" if chance["metric"] == metric else f"{chance['metric']} "
-    return f"; chance {named}{chance['baseline']:.2f}"
+    return f"; chance {chance['metric']} {chance['baseline']:.2f}"
 
 
 def summary_line(r: dict) -> str:
@@ -394,26 +460,67 @@ def resolve_device(name: str) -> torch.device:
 
 WORKER_POLL_SECONDS = 1.0
 """How often a sweep waiting on its workers counts their finished runs (result.json files) for `on_runs`."""
+WORKER_STOP_SECONDS = 60.0
+"""How long an interrupted sweep waits for its workers to drop their runs (SIGINT) before it kills them."""
 
 
 def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], None] | None = None) -> list[int]:
     """One `python -m electra.glue.sweep` process per device, given the spec as JSON; they share the runs through
-    claim files. Returns their exit codes."""
+    claim files. Returns their exit codes.
+
+    The workers run in a process group of their own, so that Ctrl-C at a terminal reaches this process alone: it
+    notes the runs they hold, then stops them (SIGINT: each drops its run and exits quietly) and raises
+    SweepInterrupted naming those runs, one summary instead of a traceback per worker."""
     out = Path(spec.out)
     path = out / "worker_spec.json"
     write_json(path, dataclasses.asdict(spec))
     threads = max(1, usable_cpus() // len(devices))  # CPU workers split the cores
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
-    procs = [subprocess.Popen([sys.executable, "-m", "electra.glue.sweep", str(path), dev], env=env) for dev in devices]
-    if on_runs is not None:  # the workers' runs end in other processes: count the result.json files they write
-        done = finished_runs(out)
-        while any(p.poll() is None for p in procs):
-            time.sleep(WORKER_POLL_SECONDS)
-            now = finished_runs(out)
-            if now > done:
-                on_runs(now - done)
-                done = now
-    return [p.wait() for p in procs]
+    command = [sys.executable, "-m", "electra.glue.sweep", str(path)]
+    procs = [subprocess.Popen([*command, dev], env=env, process_group=0) for dev in devices]
+    try:
+        if on_runs is not None:  # the workers' runs end in other processes: count the result.json files they write
+            done = finished_runs(out)
+            while any(p.poll() is None for p in procs):
+                time.sleep(WORKER_POLL_SECONDS)
+                now = finished_runs(out)
+                if now > done:
+                    on_runs(now - done)
+                    done = now
+        return [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        held = claimed_by(out, {p.pid for p in procs})
+        stop_workers(procs)
+        raise SweepInterrupted(held) from None
+
+
+def claimed_by(out: Path, pids: set[int]) -> list[tuple[str, int]]:
+    """The (task, seed) runs of the sweep in `out` that processes `pids` of this host hold (their claim files)."""
+    held = []
+    for path in sorted(out.glob("runs/*/seed*/claim")):
+        try:
+            holder = json.loads(path.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            continue
+        if holder.get("pid") in pids and holder.get("host") == socket.gethostname():
+            held.append((path.parent.parent.name, int(path.parent.name.removeprefix("seed"))))
+    return held
+
+
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    """SIGINT to each worker (it drops its run, removes its claim and exits), then wait; a worker still there
+    after WORKER_STOP_SECONDS, or at a second Ctrl-C, is killed (its claim is taken over by the next sweep)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    try:
+        deadline = time.monotonic() + WORKER_STOP_SECONDS
+        for p in procs:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def finished_runs(out: Path) -> int:
@@ -439,7 +546,10 @@ def _worker_main(path: str, device: str) -> int:
     spec = dataclasses.replace(spec, device=device, devices=[], num_workers=1)
     tasks, _ = resolve_tasks(spec.tasks, spec.glue_dir)
     header = check_sweep_header(Path(spec.out), spec, write=False)
-    work(spec, header, load_data(tasks, spec.finetune), resolve_device(device))
+    try:
+        work(spec, header, load_data(tasks, spec.finetune), resolve_device(device))
+    except KeyboardInterrupt:  # stopped by the sweep (spawn_workers), which says what was interrupted
+        return 128 + int(signal.SIGINT)
     return 0
 
 

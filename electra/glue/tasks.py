@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from electra.utils.errors import InputError
+from electra.utils.wording import argument
 
 METRICS = ("mcc", "accuracy", "f1", "pearson", "spearman")
 
@@ -419,7 +420,7 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
     roots = glue_roots(glue_dir)
     items = [x.strip() for x in (names.split(",") if isinstance(names, str) else names) if x.strip()]
     if not items:
-        raise ValueError("no tasks given (--tasks is empty)")
+        raise ValueError(f"no tasks given ({argument('tasks')} is empty)")
     specs: list[TaskSpec] = []
     skipped: list[str] = []
     for item in items:
@@ -433,7 +434,10 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
         elif item.lower() in TASKS:
             task = TASKS[item.lower()]
             if task.train is None:
-                raise ValueError(f"{item}: a test-only diagnostic set; run mnli with --predict-test to predict it")
+                raise ValueError(
+                    f"{item}: a test-only diagnostic set; run mnli with {argument('finetune.predict_test', True)} "
+                    "to predict it"
+                )
             specs.append(_glue_spec_in(task, roots, strict=True))
         elif (Path(item) / "task.json").exists():
             folder = Path(item).resolve()
@@ -446,7 +450,7 @@ def resolve_tasks(names: str | list[str], glue_dir: str | Path | None) -> tuple[
     seen: set[str] = set()
     for spec in specs:
         if spec.task.name in seen:
-            raise ValueError(f"task {spec.task.name!r} is listed twice in --tasks")
+            raise ValueError(f"task {spec.task.name!r} is listed twice in {argument('tasks')}")
         seen.add(spec.task.name)
     return specs, skipped
 
@@ -459,7 +463,7 @@ def glue_roots(glue_dir: str | Path | None) -> list[Path | None]:
     roots = [Path(p) for p in str(glue_dir).split(os.pathsep) if p]
     for root in roots:
         if not root.is_dir():
-            raise FileNotFoundError(f"{root}: --glue-dir is not a folder")
+            raise FileNotFoundError(f"{root}: {argument('glue_dir')} is not a folder")
     return roots or [None]
 
 
@@ -471,7 +475,7 @@ def _glue_spec_in(task: Task, roots: list[Path | None], strict: bool) -> TaskSpe
         if spec is not None:
             return spec
     if strict and len(roots) > 1:
-        raise FileNotFoundError(f"{task.name}: no data in any --glue-dir ({', '.join(map(str, roots))})")
+        raise FileNotFoundError(f"{task.name}: no data in any {argument('glue_dir')} ({', '.join(map(str, roots))})")
     return _glue_spec(task, roots[0], strict) if strict else None
 
 

@@ -600,7 +600,8 @@ class MaskedLMForPretraining(nn.Module):
 
 
 def build_model(cfg: PretrainConfig) -> ElectraForPretraining | MaskedLMForPretraining:
-    """The pretraining model a config describes (objective.kind): the one place where one is constructed."""
+    """The pretraining model a config describes (objective.kind; none: the ELECTRA model, untrained): the one place
+    where one is constructed."""
     if cfg.objective.kind == "mlm":
         return MaskedLMForPretraining(cfg.model, cfg.objective)
     return ElectraForPretraining(cfg.model, cfg.objective)

@@ -1,12 +1,7 @@
 """What pretraining runs, GLUE sweeps and studies left on disk, read back for the report and the study: the runs,
-their GLUE results, the gate that says whether pretraining learned anything, and the published numbers we compare
-with. Reads files only (config.yaml, run.json, metrics.jsonl, results.json, study.json); loads no model.
-
-The gate: a pretrained model counts as having learned only when its masked LM (ELECTRA's generator, or the MLM
-baseline) knows more than token frequencies at the held-out slots shown as [MASK] — its accuracy there clearly
-above always guessing the most frequent token, or its loss clearly below the best token-frequency model's — and,
-for ELECTRA, when the held-out discriminator AUC is above 0.6. A model that never left the plateau is not
-evidence about its objective.
+their GLUE results, the gate that says whether pretraining learned anything (its rule: electra/training/health.py,
+which the GLUE sweep's results.md reads too), and the published numbers we compare with. Reads files only
+(config.yaml, run.json, metrics.jsonl, results.json, study.json); loads no model.
 """
 
 from __future__ import annotations
@@ -21,18 +16,10 @@ import numpy as np
 import yaml
 
 from electra.config import ConfigError, PretrainConfig, from_dict
-from electra.glue.report import chance_summary
+from electra.glue.report import chance_summary, run_folder
 from electra.modeling.flops import DEVICE_PEAK_TFLOPS, PFS_DAY, off_train_flops, pfs_days
 from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY  # noqa: F401 - re-exported
-from electra.training.health import (
-    COLLAPSE_FALL,
-    COLLAPSE_HINT,
-    GATE_AUC,
-    GATE_LOSS_MARGIN,
-    GATE_MLM_MARGIN,
-    is_collapsed,
-    states_collapsed,
-)
+from electra.training.health import Gate, held_out, is_collapsed, learning_gate
 from electra.utils import wording
 
 # The paper's metric per task (ELECTRA paper / OFF README), and WNLI, which the study added.
@@ -117,90 +104,14 @@ def read_pretrain_run(path: str | Path) -> PretrainRun:
     meta = json.loads((path / "run.json").read_text()) if (path / "run.json").exists() else {}
     rows = _json_lines(path / "metrics.jsonl") if (path / "metrics.jsonl").exists() else []
     train = [r for r in rows if "mlm_loss" in r]
-    evals = [r for r in rows if any(k.startswith("eval_") for k in r)]
+    evals = held_out(rows)
     return PretrainRun(path, cfg, meta, train, evals)
 
 
-@dataclass
-class Gate:
-    learned: bool | None
-    """None: nothing to judge (random initialisation, or a model whose pretraining run is not at hand)."""
-    reasons: list[str] = field(default_factory=list)
-    collapsed: bool = False
-    """The discriminator learned (an earlier held-out AUC passed the gate) and then fell back under it, 0.05 or more
-    below that peak: a collapse, not a run that never learned."""
-
-    @property
-    def word(self) -> str:
-        """The verdict in a word or two, for figure legends."""
-        if self.learned is None:
-            return "not judged"
-        return "learned" if self.learned else ("collapsed" if self.collapsed else "never learned")
-
-    def describe(self) -> str:
-        if self.learned is None:
-            return "; ".join(self.reasons) or "not pretrained"
-        head = "learned" if self.learned else ("COLLAPSED" if self.collapsed else "NEVER LEARNED")
-        return f"{head}: " + "; ".join(self.reasons)
-
-
 def gate(run: PretrainRun | None) -> Gate:
-    """Did pretraining leave the plateau? Judged on the last held-out evaluation."""
-    if run is None:
-        return Gate(None)
-    if not run.evals:
-        return Gate(False, ["no held-out evaluation was logged"])
-    last = run.evals[-1]
-    acc, rate = last.get("eval_masked_accuracy"), last.get("eval_mlm_majority_rate")
-    # the training text's token frequencies at those slots (runs before it was logged: the slots' own entropy,
-    # a lower bound, so a stricter test)
-    loss, unigram, baseline = last.get("eval_masked_loss"), last.get("eval_mlm_unigram_loss"), "token frequencies"
-    if unigram is None:
-        unigram, baseline = last.get("eval_mlm_unigram_entropy"), "the slots' own entropy"
-    reasons, ok = [], True
-    if acc is None or rate is None:
-        ok = False
-        reasons.append("held-out accuracy at [MASK] slots or most-frequent-token rate missing")
-    else:
-        by_accuracy = acc >= rate + GATE_MLM_MARGIN
-        by_loss = loss is not None and unigram is not None and loss <= unigram - GATE_LOSS_MARGIN
-        ok &= by_accuracy or by_loss
-        said = f"MLM at [MASK]: accuracy {acc:.3f} vs most-frequent-token {rate:.3f}"
-        if loss is not None and unigram is not None:
-            said += f", loss {loss:.3f} vs {baseline} {unigram:.3f} nats"
-        reasons.append(said + (" (beyond frequencies)" if by_accuracy or by_loss else " (token frequencies only)"))
-    if run.kind == "electra":
-        auc = last.get("eval_disc_auc")
-        good = auc is not None and math.isfinite(auc) and auc > GATE_AUC
-        ok &= good
-        reasons.append(
-            f"discriminator AUC {auc if auc is None else round(auc, 3)} {'>' if good else 'not >'} {GATE_AUC}"
-        )
-        peak = _auc_peak(run.evals)
-        if not good and peak is not None and (auc is None or not auc > peak[1] - COLLAPSE_FALL):
-            reasons.append(f"it had reached {peak[1]:.3f} at step {peak[0]:,}: the discriminator collapsed")
-            return Gate(False, reasons, collapsed=True)
-        flat = states_collapsed(run.evals) if not good else None
-        if flat is not None:
-            reasons.append(
-                f"its last-layer token states collapsed to effective rank {flat[1]:.1f} by step {flat[0]:,} and stayed "
-                f"there: one answer for every token; the flag most likely to help: {COLLAPSE_HINT}"
-            )
-    return Gate(ok, reasons)
-
-
-def _auc_peak(evals: list[dict]) -> tuple[int, float] | None:
-    """(step, AUC) of the best held-out AUC before the last evaluation, if it passed the gate."""
-    best = max(
-        ((r["step"], r["eval_disc_auc"]) for r in evals[:-1] if _finite(r.get("eval_disc_auc"))),
-        key=lambda p: p[1],
-        default=None,
-    )
-    return best if best is not None and best[1] > GATE_AUC else None
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    """Did pretraining leave the plateau? The learning gate (electra/training/health.py) on the run's last held-out
+    evaluation; not judged without a run."""
+    return Gate(None) if run is None else learning_gate(run.kind, run.evals)
 
 
 @dataclass
@@ -246,12 +157,11 @@ def encoder_shape(cfg: PretrainConfig) -> str:
 def _sweep_model(glue: Path) -> Path | None:
     """The run folder a GLUE sweep fine-tuned (sweep.json's model; a checkpoint means its run), if local."""
     try:
-        model = Path(json.loads((glue / "sweep.json").read_text())["model"])
+        model = json.loads((glue / "sweep.json").read_text())["model"]
     except (OSError, KeyError, TypeError, json.JSONDecodeError):
         return None
-    if model.parent.name == "checkpoints":
-        model = model.parent.parent
-    return model.resolve() if model.exists() else None
+    run = run_folder(model)
+    return None if run is None else run.resolve()
 
 
 def read_glue(path: Path) -> dict | None:
@@ -311,7 +221,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                     run,
                     read_glue(glue) if glue else None,
                     glue,
-                    baseline=run.steps == 0,
+                    baseline=run.steps == 0 or run.kind == "none",
                     corpus=run.cfg.data.path,
                     shape=encoder_shape(run.cfg),
                 )
@@ -329,7 +239,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                     run,
                     read_glue(p),
                     p,
-                    baseline=run is not None and run.steps == 0,
+                    baseline=run is not None and (run.steps == 0 or run.kind == "none"),
                     corpus=None if run is None else run.cfg.data.path,
                     shape=None if run is None else encoder_shape(run.cfg),
                 )

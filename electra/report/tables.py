@@ -192,13 +192,14 @@ def _published_comparison(entries: list[Entry], tasks: list[str]) -> list[str]:
 
 def efficiency_points(entries: list[Entry], tasks: list[str]) -> list[dict]:
     """Our pretrained models with a score: parameters of the fine-tuned body, FLOPs, the task mean; and what bounds
-    those numbers: the tasks above chance level (score per pfs-day averages those only), a fine-tuning cap
-    (`finetune.max_steps`) and the steps where a resumed run changed `train.max_steps`."""
+    those numbers: the tasks above chance level (score per pfs-day averages those only), the learning gate's word
+    when it rejects the pretraining (then no score per pfs-day), a fine-tuning cap (`finetune.max_steps`) and the
+    steps where a resumed run changed `train.max_steps`."""
     points = []
     for e in entries:
         mean = task_mean(e.glue, tasks)
         if e.pretrain is not None and not e.baseline and mean is not None:
-            row = compute_row(e)
+            row, gate = compute_row(e), e.judge()
             above = [t for t in tasks if not at_chance(e.glue, t)]
             points.append(
                 {
@@ -210,6 +211,7 @@ def efficiency_points(entries: list[Entry], tasks: list[str]) -> list[dict]:
                     "pfs_days": row["pfs_days"],
                     "above_chance": above,
                     "above_chance_score": task_mean(e.glue, above) if above else None,
+                    "rejected": gate.word if gate.learned is False else None,
                     "finetune_cap": finetune_cap(e),
                     "max_steps_changes": max_steps_changes(e.pretrain.meta),
                 }
@@ -261,10 +263,17 @@ def _bound_marks(cap: int | None, changes: list[tuple[int, int]], notes: _Notes)
 
 def _our_efficiency_row(p: dict, tasks: list[str], average: str, notes: _Notes) -> str:
     """One row of ours: score per pfs-day over the tasks above chance only (the at-chance ones measure no
-    pretraining), and marks where fine-tuning was capped or the run's `train.max_steps` changed on resume."""
+    pretraining), none for a model whose pretraining the gate rejects (a dash and a note: its score measures no
+    pretraining either), and marks where fine-tuning was capped or the run's `train.max_steps` changed on resume."""
     score = f"{p['score']:.2f}" + _bound_marks(p.get("finetune_cap"), p.get("max_steps_changes", []), notes)
     above = p.get("above_chance", tasks)
-    if not above:
+    if p.get("rejected"):
+        per_pfs = "–" + notes.mark(
+            f"no score per pfs-day: the learning gate says {p['rejected'].upper()} (see the gate's verdicts), so "
+            "the score measures fine-tuning from weights that did not learn what the objective teaches, not what "
+            "its pretraining compute bought."
+        )
+    elif not above:
         per_pfs = "–, no task above chance"
     else:
         per_pfs = _per_pfs_day(p["above_chance_score"] if above != tasks else p["score"], p["pfs_days"])
@@ -310,8 +319,9 @@ def efficiency_table(points: list[dict], baseline: float | None, average: str, t
         "pfs-days: ours and the paper's rows from FLOPs (FLOPs / (10^15 × 86,400)); the study's rows by its wall-clock "
         "convention (days × GPUs × peak TFLOP/s × 0.33 / 1000), as it printed them. Score per pfs-day divides the "
         "score by those pfs-days (for the quoted rows, from their quoted numbers); for ours, the score over the "
-        "tasks above chance level only (a task at chance measures no pretraining). Scores that average different "
-        "tasks are not comparable with each other.",
+        "tasks above chance level only (a task at chance measures no pretraining), and none for a model whose "
+        "pretraining the learning gate rejects (its score measures no pretraining either). Scores that average "
+        "different tasks are not comparable with each other.",
         "",
     ]
 

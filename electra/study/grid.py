@@ -23,6 +23,7 @@ from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
 from electra.utils.processes import usable_cpus
+from electra.utils.wording import argument
 
 log = logging.getLogger("electra.study")
 
@@ -84,7 +85,7 @@ class Setting:
     """Measured for a seconds budget."""
 
     def overrides(self, spec: StudySpec) -> list[str]:
-        values = [f"{k}={v}" for k, v in self.values.items() if k != "objective.kind" or v != "none"]
+        values = [f"{k}={v}" for k, v in self.values.items()]
         steps = [f"train.max_steps={self.steps}"] if self.steps else []
         data = [f"data.path={spec.data}"] if spec.data else []
         # the tokenizer's vocabulary, as the run will resolve it: so that the budget's FLOPs are the run's
@@ -112,7 +113,7 @@ def grid(spec: StudySpec) -> list[Setting]:
         key, sep, values = item.partition("=")
         choices = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not key.strip() or not choices:
-            raise ConfigError(f"--vary {item!r}: expected section.key=value1,value2,...")
+            raise ConfigError(f"{argument('vary', item)}: expected section.key=value1,value2,...")
         axes.append((key.strip(), choices))
     settings = []
     if axes or not spec.settings:
@@ -124,29 +125,32 @@ def grid(spec: StudySpec) -> list[Setting]:
         name, sep, rest = item.partition(":")
         pairs = [p.strip() for p in rest.split(";") if p.strip()]
         if not sep or not name.strip() or any("=" not in p for p in pairs) or any(c in name for c in "/\\ "):
-            raise ConfigError(f"--setting {item!r}: expected NAME:section.key=value;section.key=value")
+            raise ConfigError(f"{argument('settings', item)}: expected NAME:section.key=value;section.key=value")
         values = dict(p.split("=", 1) for p in pairs)
         values = {k.strip(): v.strip() for k, v in values.items()}
         settings.append(Setting(name.strip(), values, kind=values.get("objective.kind", "electra")))
     if len({s.name for s in settings}) != len(settings):
-        raise ConfigError("two settings get the same name; vary keys with distinct last parts, or rename a --setting")
+        raise ConfigError(
+            "two settings get the same name; vary keys with distinct last parts, or rename one of "
+            f"{argument('settings')}"
+        )
     return settings
 
 
 def parse_budget(text: str) -> tuple[str, float | None]:
     kind, _, value = text.partition("=")
     if kind not in BUDGET_KINDS:
-        raise ConfigError(f"--budget {text!r}: expected steps[=N], flops=F or seconds=S")
+        raise ConfigError(f"{argument('budget', text)}: expected steps[=N], flops=F or seconds=S")
     if not value:
         if kind != "steps":
-            raise ConfigError(f"--budget {text!r}: {kind} needs a value, e.g. {kind}=1e14")
+            raise ConfigError(f"{argument('budget', text)}: {kind} needs a value, e.g. {kind}=1e14")
         return kind, None
     try:
         number = float(value)
     except ValueError:
-        raise ConfigError(f"--budget {text!r}: {value!r} is not a number") from None
+        raise ConfigError(f"{argument('budget', text)}: {value!r} is not a number") from None
     if not number > 0:
-        raise ConfigError(f"--budget {text!r}: must be positive")
+        raise ConfigError(f"{argument('budget', text)}: must be positive")
     return kind, number
 
 
@@ -180,7 +184,7 @@ def warn_unequal_generator_sweep(settings: list[Setting]) -> None:
         steps = ", ".join(f"{s.name}: {s.steps:,}" for s in sizes)
         log.warning(
             "the generator sizes get unequal steps under this budget (%s); the study compared them at equal "
-            "steps: use --budget steps=N for its comparison",
+            "steps: use a steps=N budget for its comparison",
             steps,
         )
 

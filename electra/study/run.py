@@ -24,17 +24,14 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
 
-from electra.config import ConfigError, PretrainConfig, from_dict, load_finetune_config
-from electra.data.pretraining_data import open_pretraining_data
-from electra.glue.sweep import SweepSpec, finished_runs, run_sweep
-from electra.modeling.electra import build_model
+from electra.config import ConfigError, from_dict, load_finetune_config
+from electra.glue.sweep import SweepInterrupted, SweepSpec, finished_runs, run_sweep
 from electra.report.write import write_report
 from electra.study.grid import (
     _NOT_FINGERPRINTED,
@@ -49,12 +46,13 @@ from electra.study.grid import (
     warn_unequal_generator_sweep,
 )
 from electra.study.plan import make_plan, plan_lines
-from electra.training.checkpoint import RunMeta, checkpoint_dir, list_checkpoints, save_config, save_model_checkpoint
+from electra.training.baseline import write_initialised_run
+from electra.training.checkpoint import list_checkpoints
 from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
 from electra.utils.processes import stop_with_parent, usable_cpus
-from electra.utils.wording import plural
+from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.study")
 
@@ -91,8 +89,8 @@ def start(spec: StudySpec) -> list[Setting]:
                 changed = "; ".join(spec_differences(saved.get("spec", {}), spec)) or "the fingerprint's fields"
                 raise ConfigError(
                     f"{path}:1: this folder holds a study with other settings ({changed}); use "
-                    "another --out, the same options to continue it, or more --seeds / --tasks "
-                    "to extend it"
+                    f"another {argument('out')}, the same options to continue it, or more {argument('seeds')} / "
+                    f"{argument('tasks')} to extend it"
                 )
             log.info(
                 "%s: extending the study (%s); only the new fine-tuning runs are run",
@@ -166,29 +164,12 @@ def _pretrain_worker(
     return meta.step
 
 
-def initialise(cfg: PretrainConfig, run: Path) -> None:
-    """The no-pretraining baseline: a step-0 checkpoint of freshly initialised weights, with the tokenizer of the
-    data, in a folder that `electra glue --model` takes like any run."""
-
-    tokens = open_pretraining_data(cfg.data, cfg.train.seed).tokens
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=tokens.vocab_size))
-    import torch
-
-    torch.manual_seed(cfg.train.seed)
-    save_config(cfg, run / "config.yaml")
-    if tokens.path is not None and not (run / "tokenizer").exists():
-        shutil.copytree(tokens.path, run / "tokenizer")
-    save_model_checkpoint(build_model(cfg), cfg, checkpoint_dir(run, 0))
-    (run / "run.json").write_text(RunMeta().to_json())
-
-
 def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
     todo = []
     for s in settings:
         run = run_dir(spec, s) / "pretrain"
-        if s.kind == "none":
-            if not (run / "run.json").exists():
-                initialise(s.config(spec), run)
+        if s.kind == "none":  # the step-0 run of its initialised model (kept if it is there)
+            write_initialised_run(s.config(spec), run, resume="auto")
         elif not pretrained(run, s.steps):
             todo.append((s, run))
     if not todo:
@@ -245,15 +226,38 @@ def _stop_with_the_study(study_pid: int) -> None:
 
 
 class StudyStopped(Exception):
-    """A pretraining run stopped before its budget (SIGTERM / Ctrl-C saved a checkpoint): the study stops too."""
+    """A signal stopped the study: a pretraining run saved a checkpoint short of its budget (SIGTERM, Ctrl-C), or
+    Ctrl-C interrupted fine-tuning. `lines`: what stopped, then where each setting stands (`progress_lines`);
+    running the same study again continues from there."""
+
+    def __init__(self, *lines: str):
+        super().__init__(*lines)
+        self.lines = list(lines)
+
+    def __str__(self) -> str:
+        return "\n".join([*self.lines, "running the same study again continues it"])
 
 
 def _stop_if_short(s: Setting, step: int) -> None:
     if step < s.steps:
-        raise StudyStopped(
-            f"{s.name} stopped at step {step} of {s.steps} (a checkpoint was saved); run the same "
-            "command again to continue the study"
-        )
+        raise StudyStopped(f"{s.name} stopped at step {step:,} of {s.steps:,} (a checkpoint was saved)")
+
+
+def progress_lines(spec: StudySpec, settings: list[Setting]) -> list[str]:
+    """Where each setting stands, from its folders: pretrained, stopped at a step, or not started; and how many of
+    its fine-tuning runs finished."""
+    lines = []
+    for s in settings:
+        run, runs = run_dir(spec, s) / "pretrain", len(spec.tasks.split(",")) * len(spec.seeds)
+        if pretrained(run, s.steps):
+            state = "pretrained"
+        elif list_checkpoints(run):
+            step = json.loads((run / "run.json").read_text()).get("step", 0) if (run / "run.json").exists() else 0
+            state = f"pretraining at step {step:,} of {s.steps:,}"
+        else:
+            state = "pretraining not started"
+        lines.append(f"  {s.name}: {state}; {finished_runs(run.parent / 'glue')} of {runs} fine-tuning runs finished")
+    return lines
 
 
 def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
@@ -273,22 +277,25 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
     for s in settings:
         rdir = run_dir(spec, s)
         print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
-        result = run_sweep(
-            SweepSpec(
-                out=str(rdir / "glue"),
-                model=str(rdir / "pretrain"),
-                tasks=tasks,
-                glue_dir=spec.glue_dir,
-                seeds=list(spec.seeds),
-                finetune=finetune,
-                recipe=spec.recipe,
-                device=spec.device or "auto",
-                num_workers=spec.parallel,
-                progress=False,
-                loggers=list(spec.loggers),
-            ),
-            on_runs=bar.update,
+        sweep = SweepSpec(
+            out=str(rdir / "glue"),
+            model=str(rdir / "pretrain"),
+            tasks=tasks,
+            glue_dir=spec.glue_dir,
+            seeds=list(spec.seeds),
+            finetune=finetune,
+            recipe=spec.recipe,
+            device=spec.device or "auto",
+            num_workers=spec.parallel,
+            progress=False,
+            loggers=list(spec.loggers),
         )
+        try:
+            result = run_sweep(sweep, on_runs=bar.update)
+        except SweepInterrupted as stop:
+            bar.close()
+            during = f": {stop.interrupted_text()}" if stop.interrupted else " between two runs"
+            raise StudyStopped(f"Ctrl-C interrupted the fine-tuning of {s.name}{during}") from None
         if not result.ok:
             log.warning(
                 "%s: some fine-tuning runs failed (%s); run the study again to retry them",
@@ -305,6 +312,10 @@ def run_study(spec: StudySpec) -> Path:
     with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
         settings = start(spec)
         print("\n".join(plan_lines(make_plan(spec, settings), spec.out)), flush=True)
-        pretrain_all(spec, settings)
-        finetune_all(spec, settings)
+        try:
+            pretrain_all(spec, settings)
+            finetune_all(spec, settings)
+        except (StudyStopped, KeyboardInterrupt) as stop:  # what stopped, and where each setting stands
+            what = stop.lines if isinstance(stop, StudyStopped) else ["Ctrl-C interrupted the study"]
+            raise StudyStopped(*what, *progress_lines(spec, settings)) from None
         return write_report([spec.out], Path(spec.out) / "report")

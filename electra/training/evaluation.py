@@ -20,7 +20,7 @@ import torch
 from electra.config import PretrainConfig
 from electra.data.builders import ExampleSource
 from electra.data.tokenizer import TokenizerInfo
-from electra.modeling.electra import STAT_NAMES, ElectraForPretraining, metrics_from_stats
+from electra.modeling.electra import STAT_NAMES, ElectraForPretraining, MaskedLMForPretraining, metrics_from_stats
 from electra.training.batches import batch_to_device, masked_batch
 from electra.training.checkpoint import RunMeta
 from electra.training.health import COLLAPSE_HINT, is_collapsed, states_collapsed
@@ -115,9 +115,12 @@ def evaluate(
 
 
 @contextlib.contextmanager
-def at_schedule_ends(model: ElectraForPretraining):
+def at_schedule_ends(model: ElectraForPretraining | MaskedLMForPretraining):
     """The generator samples at the objective's end points (its temperature and uniform-replacement fraction) inside
-    the block; what the training schedules had set comes back after it."""
+    the block; what the training schedules had set comes back after it. The masked LM samples nothing."""
+    if not isinstance(model, ElectraForPretraining):
+        yield
+        return
     saved = float(model.temperature), float(model.uniform_replace)
     model.set_temperature(model.objective.temperature)
     model.set_uniform_replace(model.objective.uniform_replace_prob)

@@ -1,9 +1,18 @@
 """The rules that say whether pretraining learned and whether the discriminator collapsed: the training loop's
-collapse watch and the report's learning gate both read them."""
+collapse watch reads them, and the learning gate (`learning_gate`) is judged here, low enough for both `electra
+report` and the GLUE sweep's results.md to say the same word about a run.
+
+The gate: a pretrained model counts as having learned only when its masked LM (ELECTRA's generator, or the MLM
+baseline) knows more than token frequencies at the held-out slots shown as [MASK] (its accuracy there clearly
+above always guessing the most frequent token, or its loss clearly below the best token-frequency model's) and,
+for ELECTRA, when the held-out discriminator AUC is above GATE_AUC. A model that never left the plateau is not
+evidence about its objective.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 GATE_MLM_MARGIN = 0.02
 """Held-out accuracy at the slots shown as [MASK] must exceed the most-frequent-token rate there by this much (2
@@ -57,3 +66,92 @@ def states_collapsed(evals: list[dict]) -> tuple[int, float] | None:
         else:
             first = None
     return first
+
+
+# -- the learning gate ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Gate:
+    learned: bool | None
+    """None: nothing to judge (random initialisation, or a model whose pretraining run is not at hand)."""
+    reasons: list[str] = field(default_factory=list)
+    collapsed: bool = False
+    """The discriminator learned (an earlier held-out AUC passed the gate) and then fell back under it, 0.05 or more
+    below that peak: a collapse, not a run that never learned."""
+
+    @property
+    def word(self) -> str:
+        """The verdict in a word or two, for figure legends."""
+        if self.learned is None:
+            return "not judged"
+        return "learned" if self.learned else ("collapsed" if self.collapsed else "never learned")
+
+    def describe(self) -> str:
+        if self.learned is None:
+            return "; ".join(self.reasons) or "not pretrained"
+        head = "learned" if self.learned else ("COLLAPSED" if self.collapsed else "NEVER LEARNED")
+        return f"{head}: " + "; ".join(self.reasons)
+
+
+def held_out(rows: list[dict]) -> list[dict]:
+    """The held-out evaluation rows of a run's metrics.jsonl lines (those with eval_* keys): what the gate reads."""
+    return [r for r in rows if any(k.startswith("eval_") for k in r)]
+
+
+def learning_gate(kind: str, evals: list[dict]) -> Gate:
+    """Did pretraining leave the plateau? Judged on the last of `evals`, the run's held-out evaluation rows
+    (metrics.jsonl lines with eval_* keys), for objective.kind `kind`."""
+    if not evals:
+        return Gate(False, ["no held-out evaluation was logged"])
+    last = evals[-1]
+    acc, rate = last.get("eval_masked_accuracy"), last.get("eval_mlm_majority_rate")
+    # the training text's token frequencies at those slots (runs before it was logged: the slots' own entropy,
+    # a lower bound, so a stricter test)
+    loss, unigram, baseline = last.get("eval_masked_loss"), last.get("eval_mlm_unigram_loss"), "token frequencies"
+    if unigram is None:
+        unigram, baseline = last.get("eval_mlm_unigram_entropy"), "the slots' own entropy"
+    reasons, ok = [], True
+    if acc is None or rate is None:
+        ok = False
+        reasons.append("held-out accuracy at [MASK] slots or most-frequent-token rate missing")
+    else:
+        by_accuracy = acc >= rate + GATE_MLM_MARGIN
+        by_loss = loss is not None and unigram is not None and loss <= unigram - GATE_LOSS_MARGIN
+        ok &= by_accuracy or by_loss
+        said = f"MLM at [MASK]: accuracy {acc:.3f} vs most-frequent-token {rate:.3f}"
+        if loss is not None and unigram is not None:
+            said += f", loss {loss:.3f} vs {baseline} {unigram:.3f} nats"
+        reasons.append(said + (" (beyond frequencies)" if by_accuracy or by_loss else " (token frequencies only)"))
+    if kind == "electra":
+        auc = last.get("eval_disc_auc")
+        good = auc is not None and math.isfinite(auc) and auc > GATE_AUC
+        ok &= good
+        reasons.append(
+            f"discriminator AUC {auc if auc is None else round(auc, 3)} {'>' if good else 'not >'} {GATE_AUC}"
+        )
+        peak = _auc_peak(evals)
+        if not good and peak is not None and (auc is None or not auc > peak[1] - COLLAPSE_FALL):
+            reasons.append(f"it had reached {peak[1]:.3f} at step {peak[0]:,}: the discriminator collapsed")
+            return Gate(False, reasons, collapsed=True)
+        flat = states_collapsed(evals) if not good else None
+        if flat is not None:
+            reasons.append(
+                f"its last-layer token states collapsed to effective rank {flat[1]:.1f} by step {flat[0]:,} and stayed "
+                f"there: one answer for every token; the flag most likely to help: {COLLAPSE_HINT}"
+            )
+    return Gate(ok, reasons)
+
+
+def _auc_peak(evals: list[dict]) -> tuple[int, float] | None:
+    """(step, AUC) of the best held-out AUC before the last evaluation, if it passed the gate."""
+    best = max(
+        ((r["step"], r["eval_disc_auc"]) for r in evals[:-1] if _finite(r.get("eval_disc_auc"))),
+        key=lambda p: p[1],
+        default=None,
+    )
+    return best if best is not None and best[1] > GATE_AUC else None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import inspect
 import logging
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -40,6 +40,7 @@ from electra.modeling.electra import ElectraForPretraining, build_model
 from electra.modeling.masking import MaskedBatch
 from electra.training import checkpoint as ckpt_io
 from electra.training import resume as training_state
+from electra.training.baseline import write_initialised_run
 from electra.training.batches import host_batch, masked_batch, to_device
 from electra.training.checkpoint import RunMeta
 from electra.training.evaluation import watch_collapse
@@ -58,8 +59,9 @@ from electra.training.step import Window, train_step
 from electra.training.stopping import FAILED, StopVote, agree_on_collapse, agree_on_failure
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
-from electra.utils.files import FolderLock, folder_lock, write_atomic
+from electra.utils.files import FolderLock, folder_lock
 from electra.utils.machine import describe_machine
+from electra.utils.wording import argument
 
 log = logging.getLogger("electra.pretrain")
 
@@ -238,7 +240,10 @@ def _build_run(
     if resume is None:  # a GLUE sweep's or a study's folder is refused, as --resume auto refuses it
         training_state.refuse_other_kind_of_folder(run_dir)
     if resume is None and ckpt_io.list_checkpoints(run_dir):
-        raise ValueError(f"{run_dir} already holds checkpoints: pass --resume auto to continue, or another --out")
+        raise ValueError(
+            f"{run_dir} already holds checkpoints: pass {argument('resume', 'auto')} to continue, or another "
+            f"{argument('run_dir')}"
+        )
     if resume is not None:
         where = run_dir if resume == "auto" else Path(resume)
         restored = training_state.restore_training_state(
@@ -255,7 +260,7 @@ def _build_run(
     meta.peak_memory_gb = None  # this session's, set at its first save
     meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
     if rank == 0:
-        prepare_run_dir(run_dir, cfg, data.tokens, meta)
+        training_state.prepare_run_dir(run_dir, cfg, data.tokens, meta)
     if world > 1:
         dist.barrier()
 
@@ -314,28 +319,22 @@ def ddp_bucket_mb(model: nn.Module, buckets: int = DDP_BUCKETS) -> float:
 def wrap_ddp(model: nn.Module, dev: torch.device) -> nn.parallel.DistributedDataParallel:
     """DDP with the gradients living in the buckets (gradient_as_bucket_view: no copy into them, less memory), in
     about DDP_BUCKETS buckets, and no broadcast of buffers before each forward: the model's buffers (the rotary
-    tables, the sampling temperature) are set alike on every rank and never changed by training."""
+    tables, the sampling temperature) are set alike on every rank and never changed by training. (DDP still sends
+    them once at construction, with the parameters: the same values, so nothing changes.)"""
     return nn.parallel.DistributedDataParallel(
         model,
         device_ids=[dev.index] if dev.type == "cuda" else None,
         gradient_as_bucket_view=True,
         bucket_cap_mb=ddp_bucket_mb(model),
-        broadcast_buffers=False,
+        **no_buffer_sync(),
     )
 
 
-def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: RunMeta) -> None:
-    """Make the run folder self-contained (resolved config, a copy of the tokenizer, run metadata) and as the
-    resumed step left it: metrics.jsonl cut back to that step, leftovers of interrupted saves removed."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    training_state.rewind_run_folder(run_dir, meta.step)
-    ckpt_io.save_config(cfg, run_dir / "config.yaml")
-    if tokens.path is not None and not (run_dir / "tokenizer").exists():
-        partial = run_dir / ".tokenizer.partial"  # copied, then renamed: a kill never leaves half a tokenizer
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(tokens.path, partial)
-        os.replace(partial, run_dir / "tokenizer")
-    write_atomic(run_dir / "run.json", meta.to_json())
+def no_buffer_sync() -> dict[str, bool]:
+    """DDP's keyword for no buffer broadcast before each forward: forward_sync_buffers (torch 2.13 deprecates
+    broadcast_buffers for it), or broadcast_buffers in the torch versions before it."""
+    parameters = inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters
+    return {"forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers": False}
 
 
 # -- one optimizer step ---------------------------------------------------------------------------------------
@@ -403,7 +402,10 @@ def pretrain(
     SIGTERM / SIGINT (to any one rank, or all) save a checkpoint and stop all ranks at the same step, one or two
     steps after the signal (`meta.stopped_by_signal`, electra/training/stopping.py); the run continues with
     `resume="auto"`. At the last step the model is also exported for transformers (RUN/hf).
+    objective.kind=none trains nothing: it writes the initialised model as a step-0 run (electra/training/baseline.py).
     """
+    if cfg.objective.kind == "none":
+        return write_initialised_run(cfg, run_dir, resume, data)
     run = setup(cfg, run_dir, resume, device, data)
     try:
         return train(run, loggers, progress)
@@ -545,7 +547,9 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
                     {"window": window.state()},
                 )
             if signalled is not None:
-                log.warning("signal %s: saved step %d and stopped; continue with --resume auto", signalled, done)
+                log.warning(
+                    "signal %s: saved step %d and stopped; the run continues from there when resumed", signalled, done
+                )
                 break
             if meta.collapsed and t.stop_on_collapse:
                 log.warning("stopping: the discriminator collapsed (train.stop_on_collapse)")

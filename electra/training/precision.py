@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from electra.utils.errors import InputError
+from electra.utils.wording import argument
 
 log = logging.getLogger("electra.devices")
 
@@ -43,22 +44,23 @@ def resolve_device(name: str | None, local_rank: int = 0, world: int = 1) -> tor
     try:
         dev = torch.device(name)
     except RuntimeError as err:
-        raise DeviceError(f"--device {name}: not a device name (expected cpu, cuda or cuda:N)") from err
+        raise DeviceError(f"{argument('device', name)}: not a device name (expected cpu, cuda or cuda:N)") from err
     if dev.type == "cpu":
         return torch.device("cpu")
     if dev.type != "cuda":
-        raise DeviceError(f"--device {name}: only cpu, cuda and cuda:N are supported")
+        raise DeviceError(f"{argument('device', name)}: only cpu, cuda and cuda:N are supported")
     if dev.index is not None and world > 1:
         raise DeviceError(
-            f"--device {name}: all {world} processes would share GPU {dev.index}; pass --device cuda "
+            f"{argument('device', name)}: all {world} processes would share GPU {dev.index}; pass "
+            f"{argument('device', 'cuda')} "
             "(each process takes its local rank's GPU)"
         )
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        raise DeviceError(f"--device {name}: no CUDA device is visible (torch {torch.__version__}, {build})")
+        raise DeviceError(f"{argument('device', name)}: no CUDA device is visible (torch {torch.__version__}, {build})")
     index = local_rank if dev.index is None else dev.index
     if index >= torch.cuda.device_count():
-        raise DeviceError(f"--device {name}: GPU {index} asked for, {torch.cuda.device_count()} visible")
+        raise DeviceError(f"{argument('device', name)}: GPU {index} asked for, {torch.cuda.device_count()} visible")
     return torch.device("cuda", index)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from electra.config import PretrainConfig, to_dict
+from electra.data.tokenizer import TokenizerInfo
 from electra.training.checkpoint import (
     CHECKPOINT_PREFIX,
     COMPLETE_MARKER,
@@ -28,12 +30,14 @@ from electra.training.checkpoint import (
     list_checkpoints,
     read_config,
     remove_dir,
+    save_config,
     save_model_checkpoint,
     verify_checkpoint,
 )
 from electra.training.stopping import agree_on_failure
 from electra.utils.errors import DiskFullError
 from electra.utils.files import write_atomic
+from electra.utils.wording import argument
 
 log = logging.getLogger("electra.checkpoint")
 
@@ -161,7 +165,9 @@ def write_training_state(run_dir, cfg, model, optimizer, scaler, meta: RunMeta, 
     try:
         save_model_checkpoint(model, cfg, checkpoint_dir(run_dir, meta.step), extra)
     except DiskFullError as err:
-        raise DiskFullError(err.errno, f"{err}; free some space, then continue with --resume auto") from err
+        raise DiskFullError(
+            err.errno, f"{err}; free some space, then continue with {argument('resume', 'auto')}"
+        ) from err
     prune_checkpoints(run_dir, cfg.train.keep_last)
     write_atomic(run_dir / "run.json", meta.to_json())
 
@@ -195,7 +201,7 @@ def check_same_corpus(ckpt: Path, saved: PretrainConfig, cfg: PretrainConfig, di
     raise CheckpointError(
         f"{ckpt} was trained on {named(saved.data.path, recorded)}, not on "
         f"{named(cfg.data.path, digests)}: refusing to resume on another corpus; give the run's "
-        "own corpus, or another --out"
+        f"own corpus, or another {argument('run_dir')}"
     )
 
 
@@ -306,5 +312,19 @@ def refuse_other_kind_of_folder(path: Path) -> None:
         if (path / name).exists() and not (path / "config.yaml").exists():
             raise CheckpointError(
                 f"{path} holds {what} ({name}), not a pretraining run: refusing to pretrain "
-                "into it; give the run's own folder, or another --out"
+                f"into it; give the run's own folder, or another {argument('run_dir')}"
             )
+
+
+def prepare_run_dir(run_dir: Path, cfg: PretrainConfig, tokens: TokenizerInfo, meta: RunMeta) -> None:
+    """Make the run folder self-contained (resolved config, a copy of the tokenizer, run metadata) and as the
+    resumed step left it: metrics.jsonl cut back to that step, leftovers of interrupted saves removed."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rewind_run_folder(run_dir, meta.step)
+    save_config(cfg, run_dir / "config.yaml")
+    if tokens.path is not None and not (run_dir / "tokenizer").exists():
+        partial = run_dir / ".tokenizer.partial"  # copied, then renamed: a kill never leaves half a tokenizer
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(tokens.path, partial)
+        os.replace(partial, run_dir / "tokenizer")
+    write_atomic(run_dir / "run.json", meta.to_json())

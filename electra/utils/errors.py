@@ -2,6 +2,7 @@
 
     InputError(ValueError)      bad input; the message names the file and line (or the config key)
       CorruptFileError          a file does not match the checksum recorded when it was written
+      RefusedError              refused unless the caller insists; names the argument that does (overwrite=True)
     DiskFullError(OSError)      a write ran out of space; the message says what is still intact
     FolderInUseError(OSError)   another live process is writing this folder; the message names it (pid, host)
 
@@ -20,6 +21,18 @@ class InputError(ValueError):
 
 class CorruptFileError(InputError):
     """A file differs from what was written (its sha256 no longer matches the recorded one), or is missing."""
+
+
+class RefusedError(InputError):
+    """Input refused unless the caller insists: "{what}; `keyword=True` {effect}", the keyword argument between
+    backticks as electra.utils.wording.argument writes it, so that `electra` prints its flag instead (--overwrite)."""
+
+    def __init__(self, what: str, keyword: str, effect: str):
+        super().__init__(what, keyword, effect)  # args: so that it pickles
+        self.what, self.keyword, self.effect = what, keyword, effect
+
+    def __str__(self) -> str:
+        return f"{self.what}; `{self.keyword}=True` {self.effect}"
 
 
 class DiskFullError(OSError):

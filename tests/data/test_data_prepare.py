@@ -317,6 +317,7 @@ def test_a_corpus_the_tokenizer_cannot_read_is_refused_unless_forced(english_wor
     assert cli_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(cjk) in err[0] and "100.0% of the tokens are [UNK]" in err[0], err
+    assert err[0].endswith("; refusing to prepare it; --allow-unknown-tokens forces it")
     assert not out.exists() and not list(tmp_path.glob(".cjk.tmp-*"))
     assert cli_main([*args, "--allow-unknown-tokens"]) == 0
     meta = json.loads((out / META_FILE).read_text())

@@ -1,9 +1,13 @@
 """Every corpus route gives the tokens of the plain .txt route: OpenWebText as downloaded (nested tar.xz), `datasets`
-folders, Parquet and Arrow files, a hub dataset from the offline cache; all built here from real Wikipedia text."""
+folders, Parquet and Arrow files, a hub dataset from the offline cache; all built here from real Wikipedia text.
+What both commands refuse to read (files that are not UTF-8 text), and what `data prepare` warns of (a .txt file
+the document separator cut into few, long documents)."""
 
 from __future__ import annotations
 
 import io
+import re
+import sys
 import tarfile
 from pathlib import Path
 
@@ -12,8 +16,16 @@ import pytest
 
 from electra.data.corpus import open_corpus
 from electra.data.prepare import prepare
-from electra.data.sources import ReadOptions, ReadStats, read_documents, resolve_inputs
+from electra.data.sources import (
+    DOC_SEPARATORS,
+    ReadOptions,
+    ReadStats,
+    long_document_warnings,
+    read_documents,
+    resolve_inputs,
+)
 from electra.data.tokenizer import train_tokenizer
+from electra.utils.errors import RefusedError
 from tests.helpers import cli_main, run_cli, write_synthetic_text
 
 SLICE_BYTES = 250_000  # ~10 documents, ~150k tokens: each preparation well under a second
@@ -194,12 +206,14 @@ def test_text_column_split_and_missing_values(tmp_path):
             else path.stat().st_size
         )
         assert stats.input_bytes == size  # the progress bar ends at the input's size
-        with pytest.raises(ValueError, match=r"no column 'text' \(columns: body, n\); choose one with --text-column"):
+        column = r"no column 'text' \(columns: body, n\); choose one with `read_options.text_column`"
+        with pytest.raises(ValueError, match=column):
             read(path)
         with pytest.raises(ValueError, match="column 'n' holds int64, not strings"):
             read(path, text_column="n")
     assert read(tmp_path / "dict", text_column="body", split="validation")[0] == [["x y"]]
-    with pytest.raises(ValueError, match=r"no split 'test' \(splits: train, validation\); choose one with --split"):
+    split = r"no split 'test' \(splits: train, validation\); choose one with `read_options.split`"
+    with pytest.raises(ValueError, match=split):
         read(tmp_path / "dict", text_column="body", split="test")
 
 
@@ -219,3 +233,146 @@ def test_the_text_column_and_split_are_part_of_the_source_key(tok_dir, tmp_path)
             prepare(inputs, tok_dir, out, workers=1, show_progress=False, read_options=other)
     again = prepare(inputs, tok_dir, out, workers=1, show_progress=False, read_options=ReadOptions(text_column="body"))
     assert again == first
+
+
+# -- files that are not UTF-8 text ------------------------------------------------------------------------------
+
+
+def _not_text(kind: str) -> bytes:
+    """Bytes that a .txt name does not make text."""
+    if kind == "random":
+        return np.random.default_rng(0).bytes(100_000)
+    if kind == "executable":  # the interpreter running the tests, renamed
+        return Path(sys.executable).resolve().read_bytes()
+    return ("The quick brown fox jumps over the lazy dog.\n" * 2000).encode("utf-16")  # English, in UTF-16
+
+
+def _bad_rate(data: bytes) -> float:
+    """Invalid UTF-8 sequences and NUL bytes per byte, counted here as the reader should."""
+    return (data.decode("utf-8", errors="replace").count("\ufffd") + data.count(b"\0")) / len(data)
+
+
+def _refusal(err: str, path: Path, data: bytes) -> None:
+    """One line naming the file, its rate and the flag that reads it anyway."""
+    assert "\n" not in err and err.startswith("electra "), err
+    rate = re.search(rf"{re.escape(str(path))}: not UTF-8 text: (\d+\.\d)% of the [\d,]+ bytes read", err)
+    assert rate, err
+    # the executable is judged on its first piece of lines, up to its last newline
+    assert abs(float(rate[1]) - 100 * _bad_rate(data)) < 1.0, (rate[1], _bad_rate(data))
+    assert "--allow-binary reads it anyway" in err and "allow_binary=True" not in err
+
+
+@pytest.mark.parametrize("kind", ["random", "executable", "utf16"])
+def test_a_file_that_is_not_utf8_text_is_refused_by_both_commands_keeping_what_was_there(
+    tok_dir, tmp_path, capsys, kind
+):
+    data = _not_text(kind)
+    assert _bad_rate(data) > 0.2  # random 42%, an executable ~50% (NULs and invalid UTF-8), UTF-16 50% (NULs)
+    bad = tmp_path / f"{kind}.txt"
+    bad.write_bytes(data)
+    tok_out = tmp_path / "tok"
+    assert cli_main(["tokenizer", "train", "--vocab-size", "300", "--quiet", "--out", str(tok_out), str(bad)]) == 2
+    _refusal(capsys.readouterr().err.strip(), bad, data)
+    assert not tok_out.exists()
+
+    # a prepared folder stays as it was when a run meant to replace it is refused
+    out, good = tmp_path / "out", _txt(tmp_path / "good.txt", [["A document of text.", "Its second line."]])
+    args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out)]
+    assert cli_main([*args, str(good)]) == 0
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert cli_main([*args, "--overwrite", str(good), str(bad)]) == 2
+    _refusal(capsys.readouterr().err.strip(), bad, data)
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([bad.name, "good.txt", "out"])  # no temp folders
+
+
+def test_the_python_api_names_its_argument_and_reads_binary_when_allowed(tok_dir, tmp_path):
+    bad = tmp_path / "random.txt"
+    bad.write_bytes(data := _not_text("random")[:20_000])
+    for call in (
+        lambda: train_tokenizer("bpe", 300, [str(bad)], tmp_path / "tok", show_progress=False),
+        lambda: prepare([str(bad)], tok_dir, tmp_path / "out", workers=1, show_progress=False),
+    ):
+        with pytest.raises(RefusedError) as refused:
+            call()
+        assert f"{bad}: not UTF-8 text: {_bad_rate(data):.1%}" in str(refused.value)
+        assert "; `allow_binary=True` reads it anyway" in str(refused.value) and "--allow" not in str(refused.value)
+    meta = prepare([str(bad)], tok_dir, tmp_path / "out", workers=1, show_progress=False, allow_binary=True)
+    assert meta["replaced_invalid_utf8"] == data.decode("utf-8", errors="replace").count("\ufffd")
+
+
+def _read(path: Path) -> ReadStats:
+    stats = ReadStats()
+    for _ in read_documents(resolve_inputs([str(path)]), stats=stats):
+        pass
+    return stats
+
+
+def test_text_passes_and_more_than_one_percent_bad_bytes_is_refused(wiki_docs, tmp_path):
+    wiki = _read(_txt(tmp_path / "wiki.txt", wiki_docs))
+    assert (wiki.replaced_chars, wiki.nul_bytes) == (0, 0)  # real English: not one bad byte
+    # English with the odd stray byte, 100,000 bytes: 1,000 of them (1.0%) pass, 1,001 are refused
+    line = b"a line of plain English text, just long enough to be a hundred bytes with its newline at the end...\n"
+    assert len(line) == 100
+    for stray, refused in ((1000, False), (1001, True)):
+        data = bytearray(line * 1000)
+        for at in [*range(0, len(data), len(line)), 50][:stray]:  # the first byte of every line, then one more
+            data[at] = 0xFF
+        path = tmp_path / f"stray{stray}.txt"
+        path.write_bytes(data)
+        if refused:
+            with pytest.raises(RefusedError, match=re.escape(f"{path}: not UTF-8 text: 1.0% of the 100,000 bytes")):
+                _read(path)
+        else:
+            assert _read(path).replaced_chars == stray
+    # a large file is judged before its first document goes on to the tokenizer
+    big = tmp_path / "big.txt"
+    big.write_bytes(np.random.default_rng(1).bytes(2 << 20))
+    with pytest.raises(RefusedError, match=r"big.txt: not UTF-8 text: 4\d\.\d% of the"):
+        next(read_documents(resolve_inputs([str(big)])))
+    # a short file is judged on at least 100 bad bytes: 99 NULs in 1,000 bytes are noise, 100 are not
+    for nul, refused in ((99, False), (100, True)):
+        path = tmp_path / f"nul{nul}.txt"
+        path.write_bytes(b"\0" * nul + b"x" * (900 - nul) + b"\n" * 100)
+        if refused:
+            with pytest.raises(RefusedError, match=r"NUL \(100\), over 1%"):
+                _read(path)
+        else:
+            assert _read(path).nul_bytes == 99
+
+
+# -- few, long documents ------------------------------------------------------------------------------------------
+
+
+def test_a_txt_file_cut_into_few_long_documents_gets_a_warning_naming_the_separators(
+    tok_dir, wiki_docs, tmp_path, capsys, caplog
+):
+    """A book of one paragraph per line and no blank line: one 1.2 MB document under the default separator."""
+    book = tmp_path / "book.txt"
+    book.write_text(
+        "".join(f"Paragraph {i} of the book, one line long, as some books are kept.\n" for i in range(18_000))
+    )
+    assert 1.1e6 < book.stat().st_size < 1.3e6
+    args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(tmp_path / "o")]
+    assert cli_main([*args, str(book)]) == 0
+    assert "o: 1 document," in capsys.readouterr().out
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith(f"{book}: 1 document (18,000 lines) from 1.2 MB of text, 1.2 MB per document")
+    assert "(over 1 MB): does --doc-separator blank miss where its documents end?" in warning
+    # the choices named are the ones the command offers
+    with pytest.raises(SystemExit):
+        cli_main(["data", "prepare", "--help"])
+    assert "{" + ",".join(DOC_SEPARATORS) + "}" in capsys.readouterr().out
+    assert warning.endswith(f"The choices: {', '.join(DOC_SEPARATORS)}")
+
+    def warnings(path: Path, separator: str) -> list[str]:
+        stats = ReadStats()
+        options = ReadOptions(doc_separator=separator)
+        for _ in read_documents(resolve_inputs([str(path)], options), options, stats):
+            pass
+        return long_document_warnings(stats, separator)
+
+    assert len(warnings(book, "file")) == 1
+    assert warnings(book, "line") == []  # 18,000 documents; and no finer split to offer
+    assert warnings(_txt(tmp_path / "wiki.txt", wiki_docs), "blank") == []  # articles of 16 kB on average

@@ -10,6 +10,7 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from electra.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, tokenizer_info, train_tokenizer
+from electra.utils.errors import RefusedError
 from tests.helpers import cli_main
 
 TEXT = """The quick brown fox jumps over the lazy dog. Æsop's fables, 1867 edition!
@@ -116,6 +117,36 @@ def test_cli_rejects_bad_input_with_one_line(corpus, tmp_path, capsys, args, mes
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not (tmp_path / "t" / "tokenizer.json").exists()
+
+
+def test_a_folder_holding_a_tokenizer_is_refused_unless_overwrite(corpus, tmp_path, capsys):
+    out = tmp_path / "tok"
+    args = ["tokenizer", "train", "--vocab-size", "300", "--quiet", "--out", str(out), str(corpus / "a.txt")]
+    assert cli_main([*args, "--kind", "wordpiece"]) == 0
+    first = (out / "tokenizer.json").read_bytes()
+    capsys.readouterr()
+    assert cli_main([*args, "--kind", "bpe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"electra tokenizer: error: {out}: already holds a tokenizer (tokenizer.json); --overwrite replaces it"
+    )
+    assert (out / "tokenizer.json").read_bytes() == first
+    assert cli_main([*args, "--kind", "bpe", "--overwrite"]) == 0
+    assert json.loads(first)["model"]["type"] == "WordPiece"
+    assert json.loads((out / "tokenizer.json").read_text())["model"]["type"] == "BPE"
+
+    # from Python the message names the argument; checked before any input is read (this one does not exist)
+    with pytest.raises(RefusedError) as refused:
+        train_tokenizer("bpe", 300, [str(tmp_path / "missing.txt")], out, show_progress=False)
+    assert str(refused.value) == f"{out}: already holds a tokenizer (tokenizer.json); `overwrite=True` replaces it"
+    bert = tmp_path / "bert"  # a BERT vocab.txt is a tokenizer too: load_tokenizer would read our file instead
+    bert.mkdir()
+    (bert / "vocab.txt").write_text("\n".join(SPECIAL_TOKENS) + "\n")
+    with pytest.raises(RefusedError, match=r"bert: already holds a tokenizer \(vocab.txt\)"):
+        train_tokenizer("bpe", 300, [str(corpus / "a.txt")], bert, show_progress=False)
+    assert sorted(p.name for p in bert.iterdir()) == ["vocab.txt"]
+    train_tokenizer("bpe", 300, [str(corpus / "a.txt")], bert, show_progress=False, overwrite=True)
+    assert tokenizer_info(bert).vocab_size == 300  # ours, read before vocab.txt
 
 
 def _tar_xz(members: list[tuple[str, bytes]]) -> bytes:

@@ -153,7 +153,7 @@ def test_task_names_and_folders(glue, tmp_path):
         resolve_tasks("cola", empty)
     specs, skipped = resolve_tasks("all", empty)  # `all` means all that have data; the rest are reported
     assert specs == [] and skipped == list(GLUE_TASKS)
-    with pytest.raises(FileNotFoundError, match="--glue-dir is not a folder"):
+    with pytest.raises(FileNotFoundError, match="`glue_dir` is not a folder"):
         resolve_tasks("rte", tmp_path / "nope")
 
 
@@ -303,7 +303,7 @@ def test_glue_dir_takes_several_folders_each_task_from_the_first_that_holds_it(t
     assert [(s.task.name, s.root.parent) for s in specs] == [("rte", a), ("wnli", b)]
     specs, skipped = resolve_tasks("all", joined)
     assert [s.task.name for s in specs] == ["rte", "wnli"] and "cola" in skipped
-    with pytest.raises(FileNotFoundError, match=r"cola: no data in any --glue-dir \(.*a, .*b\)"):
+    with pytest.raises(FileNotFoundError, match=r"cola: no data in any `glue_dir` \(.*a, .*b\)"):
         resolve_tasks("cola", joined)
-    with pytest.raises(FileNotFoundError, match="--glue-dir is not a folder"):
+    with pytest.raises(FileNotFoundError, match="`glue_dir` is not a folder"):
         resolve_tasks("rte", f"{a}{os.pathsep}{tmp_path / 'missing'}")

@@ -177,3 +177,11 @@ def test_chance_check():
     assert chance_check(unrelated, x, x, True, "spearman").at_chance
     assert not chance_check(x + 0.3 * rng.normal(size=400), x, x, True, "spearman").at_chance
     assert "AT CHANCE" in constant.describe() and "one class" in constant.describe()
+    # a regression task is judged on its main correlation (STS-B: Spearman, the number its summary line shows): an
+    # outlier drags Pearson into the noise band (-17 within 20) while the ranks agree (Spearman 94)
+    gold = np.arange(100.0)
+    pred = np.where(gold == 99, -1e6, gold)
+    stsb = chance_check(pred, gold, gold, True, "spearman")
+    assert (stsb.metric, stsb.value, stsb.at_chance) == ("spearman", pytest.approx(spearman(pred, gold)), False)
+    by_pearson = chance_check(pred, gold, gold, True, "pearson")
+    assert (by_pearson.metric, by_pearson.at_chance) == ("pearson", True) and by_pearson.value > -20

@@ -196,6 +196,31 @@ def test_finetuning_learns_a_learnable_task(tmp_path, run):
     assert again[0]["loss_end"] == again[1]["loss_end"]
 
 
+@pytest.mark.parametrize("steps", [10, 16])
+def test_a_runs_first_and_last_loss_average_different_steps(tmp_path, run, monkeypatch, steps):
+    """loss_start / loss_end average the first and last 10 steps, at most half the run each: a 10-step run (the
+    API example's) printed "loss 1.149 -> 1.149", one mean of the same 10 steps, though its loss moved."""
+    from electra.glue import finetune as finetune_module
+
+    seen, train_step = [], finetune_module.train_step
+
+    def recorded(*args, **kwargs):  # each step's loss, as the loop sees it
+        loss = train_step(*args, **kwargs)
+        seen.append(float(loss))
+        return loss
+
+    monkeypatch.setattr(finetune_module, "train_step", recorded)
+    specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
+    pre = load_pretrained(str(run))
+    cfg = FinetuneConfig(lr=2e-3, max_steps=steps, batch_size=8)
+    r = finetune(prepare(load_task(specs[0]), pre.tokenizer, cfg), pre, cfg, 0, torch.device("cpu"), tmp_path, False)
+    window = min(10, steps // 2)
+    assert r["steps"] == len(seen) == steps
+    assert r["loss_start"] == pytest.approx(np.mean(seen[:window]))
+    assert r["loss_end"] == pytest.approx(np.mean(seen[-window:]))
+    assert r["loss_start"] != r["loss_end"]
+
+
 def test_a_non_finite_loss_stops_fine_tuning_naming_the_step(tmp_path, run):
     specs, _ = resolve_tasks(str(write_custom_task(tmp_path)), None)
     pre = load_pretrained(str(run))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -98,7 +99,7 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     assert (out / "results.csv").read_text().splitlines()[0].startswith("task,metric,n,median")
     printed = capsys.readouterr().out
     # a line per run, the report's path (not the report), then last a line per task: its main metric over the
-    # seeds and its chance level (MCC: 0; STS-B: Pearson 0, the metric its chance check uses)
+    # seeds and its chance level named by its metric (MCC: 0; STS-B: Spearman 0, the line's metric, not Pearson)
     assert printed.count("] rte seed") == 2 and "## Aggregate scores" not in printed
     lines = printed.splitlines()
     summary = [line.split()[:2] for line in lines if "(median ± std over 2 seeds; chance " in line]
@@ -111,8 +112,10 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
         ["syn-agree", "accuracy"],
     ]
     report = lines.index(f"report: {out / 'results.md'} (also .json, .csv)")
-    assert lines[report + 1].startswith("cola ") and lines[report + 1].endswith("; chance 0.00)")
-    assert lines[report + 3].startswith("stsb ") and lines[report + 3].endswith("; chance pearson 0.00)")
+    assert lines[report + 1].startswith("cola ") and lines[report + 1].endswith("; chance mcc 0.00)")
+    stsb = lines[report + 3]
+    assert stsb.split()[:2] == ["stsb", "spearman"] and stsb.endswith("; chance spearman 0.00)")
+    assert r["tasks"]["stsb"]["chance"]["metric"] == "spearman"
 
     with zipfile.ZipFile(out / "glue_submission.zip") as z:
         names = sorted(z.namelist())
@@ -193,6 +196,53 @@ def test_killed_sweep_resumes(world, tmp_path, capsys):
     assert "rte seed 0:" not in printed and "rte seed 1:" in printed and "rte seed 2:" in printed
     assert first.read_bytes() == before and not claim.exists()
     assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 3
+
+
+def _interrupted_runs(line: str) -> set[tuple[str, int]]:
+    """ "rte seeds 0, 2 (...)" / "rte seed 1" / "none" -> {(task, seed)}."""
+    runs = set()
+    for part in line.split(" (")[0].split("; "):
+        if part != "none":
+            task, _, seeds = part.split(" ", 2)
+            runs |= {(task, int(s)) for s in seeds.split(", ")}
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["--num-workers", "2"]], ids=["one process", "two workers"])
+def test_ctrl_c_says_what_finished_what_was_interrupted_and_the_command_that_continues(world, tmp_path, workers):
+    """Ctrl-C at a terminal (SIGINT to the sweep's process group) while a run trains: exit 130 with one summary,
+    no worker's traceback, no claim left behind; the command it prints finishes the sweep, redoing only the rest."""
+    out = tmp_path / "out"
+    args = glue_args(world, out, "rte", "--seeds", "4", "--batch-size", "2", "--max-steps", "40", *workers)
+    proc = start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    first = out / "runs" / "rte" / "seed0" / "result.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        claims = [c for c in out.glob("runs/rte/*/claim") if c.stat().st_size]  # held by a live run
+        if first.exists() and claims:
+            break
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-2000:]
+    assert not list(out.glob("runs/*/*/claim"))  # every interrupted run let go of its claim
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("stopped (Ctrl-C): "))
+    head, finished, interrupted, waiting = lines[start : start + 4]
+    done = {("rte", int(p.parent.name[4:])) for p in out.glob("runs/rte/*/result.json")}
+    assert ("rte", 0) in done and _interrupted_runs(finished.removeprefix("  finished: ")) == done
+    cut = _interrupted_runs(interrupted.removeprefix("  interrupted: "))
+    rest = _interrupted_runs(waiting.removeprefix("  not started: "))
+    assert cut and not cut & done and done | cut | rest == {("rte", s) for s in range(4)} and not rest & cut
+    assert head == f"stopped (Ctrl-C): {len(done)} of 4 runs finished, {len(cut)} interrupted, {len(rest)} not started"
+    assert interrupted.endswith("starts again from its first step)" if len(cut) == 1 else "their first step)")
+    assert lines[start + 4] == f"report of the finished runs: {out / 'results.md'}"
+    command = lines[start + 5].removeprefix("continue with: ")
+    assert lines[start + 5].startswith("continue with: ") and shlex.split(command) == ["electra", *args]
+    assert cli_main(shlex.split(command)[1:]) == 0
+    assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 4
 
 
 @pytest.mark.slow

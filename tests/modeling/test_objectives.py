@@ -241,7 +241,9 @@ def test_uniform_replacement_schedule_anneals_linearly_and_the_loop_follows_it(t
     assert uniform_replace_at(0, ObjectiveConfig(uniform_replace_prob=0.1)) == 0.1  # no schedule: constant
     seen = []
     setter = ElectraForPretraining.set_uniform_replace
-    monkeypatch.setattr(ElectraForPretraining, "set_uniform_replace", lambda m, p: (seen.append(p), setter(m, p)))
+    # what the loop sets before each update (the held-out evaluation, in eval mode, sets the end point and back)
+    record = lambda m, p: (m.training and seen.append(p), setter(m, p))  # noqa: E731
+    monkeypatch.setattr(ElectraForPretraining, "set_uniform_replace", record)
     overrides = [
         *FAST,
         "train.max_steps=12",

@@ -593,7 +593,7 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
     (glue / "part" / "glue" / "results.json").write_text(json.dumps(glue_results(scores, at_chance=("rte",))))
     (glue / "flat" / "glue" / "results.json").write_text(json.dumps(glue_results(scores, at_chance=("rte", "sst2"))))
     (glue / "part" / "glue" / "sweep.json").write_text(json.dumps({"model": "x", "config": {"max_steps": 200}}))
-    part = fake_pretrain_run(glue / "part" / "pretrain", 40)
+    part = fake_pretrain_run(glue / "part" / "pretrain", 40, LEARNED)  # a model the gate passes: judged on its tasks
     session = {"device": "cpu", "world_size": 1, "start_seconds": 0.0}
     (part / "run.json").write_text(
         json.dumps(
@@ -606,7 +606,7 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
             }
         )
     )
-    fake_pretrain_run(glue / "flat" / "pretrain", 40)
+    fake_pretrain_run(glue / "flat" / "pretrain", 40, LEARNED)
     text = (write_report([study]) / "report.md").read_text()
     table = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}
     _, _, _, _, pfs, score, per_pfs, _ = table[("part", "ours")]
@@ -622,6 +622,22 @@ def test_table_3_divides_by_pfs_days_only_the_tasks_above_chance_and_marks_what_
     assert "part [1] [2]" in glue_rows and "flat" in glue_rows
     table2 = text[text.index("### Table 2") : text.index("### Table 3")]
     assert "[1] fine-tuning capped at 200 steps per task" in table2 and "[2] `train.max_steps` changed" in table2
+
+
+def test_table_3_gives_no_score_per_pfs_day_to_a_model_the_gate_rejects(tmp_path):
+    """A model whose pretraining never left the plateau scores what fine-tuning alone gives: divided by its few
+    pfs-days that made an efficiency hundreds of thousands of times ELECTRA-Small's. It gets a dash and a note."""
+    plateau = [{"step": 40, "eval_masked_accuracy": 0.1, "eval_mlm_majority_rate": 0.1, "eval_disc_auc": 0.52}]
+    study = fake_study(tmp_path / "s", {"stuck": [70.0, 72.0, 74.0], "good": [70.0, 72.0, 74.0]})
+    fake_pretrain_run(study / "runs" / "stuck" / "pretrain", 40, plateau)
+    fake_pretrain_run(study / "runs" / "good" / "pretrain", 40, LEARNED)
+    text = (write_report([study]) / "report.md").read_text()
+    table = {(r[0], r[1]): r for r in rows(text, "### Table 3: efficiency")}
+    _, _, _, _, pfs, score, per_pfs, _ = table[("stuck", "ours")]
+    assert (score, per_pfs) == ("72.00", "– [1]")
+    assert "[1] no score per pfs-day: the learning gate says NEVER LEARNED (see the gate's verdicts)" in text
+    _, _, _, _, pfs, score, per_pfs, _ = table[("good", "ours")]  # the same scores from a model that learned
+    assert float(per_pfs.replace(",", "")) == pytest.approx(72.0 / float(pfs), rel=6e-3)
 
 
 def test_a_summary_without_common_tasks_says_why_in_a_sentence(tmp_path):

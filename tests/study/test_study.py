@@ -5,6 +5,7 @@ and parallel pretraining equal to sequential."""
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -230,6 +231,52 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path, midw
     for name in ("kind=electra", "kind=mlm", "kind=none"):
         a, b = (json.loads((d / "runs" / name / "glue" / "results.json").read_text()) for d in (study, out))
         assert without_seconds(a) == without_seconds(b), name  # only the wall-clock seconds differ
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["pretraining", "fine-tuning"])
+def test_ctrl_c_says_where_each_setting_stands_and_the_command_that_continues(tasks, tmp_path, phase):
+    """Ctrl-C at a terminal (SIGINT to the study's process group) in either phase: exit 130, what stopped, each
+    setting's pretraining and fine-tuning runs, and the command that continues, with no traceback."""
+    out = tmp_path / "s"
+    budget = "steps=3000" if phase == "pretraining" else "steps=8"
+    args = ["study", "--out", str(out), "--base", "tiny", "--budget", budget, "--tasks", tasks, "--seeds", "2"]
+    args += ["--setting", "electra:", "--setting", "mlm:objective.kind=mlm", "--quiet"]
+    args += [a for o in PRETRAIN for a in ("--set", o)] + ["--finetune-set", "finetune.max_steps=3000"]
+    proc = start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    first_run = out / "runs" / "electra" / "glue" / "runs" / "syn-agree" / "seed0" / "claim"
+    first_save = out / "runs" / "electra" / "pretrain" / "checkpoints"
+    deadline = time.time() + 300
+    while (
+        time.time() < deadline
+        and proc.poll() is None
+        and not (first_save if phase == "pretraining" else first_run).exists()
+    ):
+        time.sleep(0.05)
+    time.sleep(1.0)  # into the step loop, or into the run
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    lines = stdout.splitlines()
+    if phase == "pretraining":
+        step = json.loads((out / "runs" / "electra" / "pretrain" / "run.json").read_text())["step"]
+        assert lines[-4] == f"electra stopped at step {step:,} of 3,000 (a checkpoint was saved)"
+        assert lines[-3:-1] == [
+            f"  electra: pretraining at step {step:,} of 3,000; 0 of 4 fine-tuning runs finished",
+            "  mlm: pretraining not started; 0 of 4 fine-tuning runs finished",
+        ]
+    else:
+        assert (
+            lines[-4]
+            == "Ctrl-C interrupted the fine-tuning of electra: syn-agree seed 0 (it starts again from its first step)"
+        )
+        assert lines[-3:-1] == [
+            "  electra: pretrained; 0 of 4 fine-tuning runs finished",
+            "  mlm: pretrained; 0 of 4 fine-tuning runs finished",
+        ]
+        assert not list(out.glob("runs/*/glue/runs/*/*/claim"))
+    assert lines[-1] == f"continue with: {shlex.join(['electra', *args])}"
 
 
 @pytest.mark.slow

@@ -70,7 +70,8 @@ def test_one_gpu_for_every_rank_of_several_processes_is_refused(monkeypatch):
     for name, value in (("WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "1")):
         monkeypatch.setenv(name, value)
     assert init_distributed("cuda") == (1, 2, torch.device("cuda", 1)) and backends == ["nccl"]
-    with pytest.raises(DeviceError, match=r"--device cuda:0: all 2 processes would share GPU 0; pass --device cuda"):
+    shared = r'`device="cuda:0"`: all 2 processes would share GPU 0; pass `device="cuda"`'  # Python's words
+    with pytest.raises(DeviceError, match=shared):
         init_distributed("cuda:0")
     assert backends == ["nccl"]  # refused before the process group
 
