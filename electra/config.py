@@ -214,6 +214,10 @@ class TrainConfig:
     collapse_patience: int = 3
     """Evaluations in a row with collapsed discriminator metrics before the run is flagged."""
     stop_on_collapse: bool = False
+    threads: int | Literal["auto"] = "auto"
+    """CPU threads of this process: a number, or auto: the cores this process may use (its share of them beside
+    the machine's other runs of ours) less those other work keeps busy when it starts (electra.utils.machine
+    choose_threads; docs/benchmarks.md "Threads"). OMP_NUM_THREADS, when set, wins over auto."""
 
 
 @dataclass
@@ -504,6 +508,7 @@ def validate(cfg: PretrainConfig) -> None:
         ("data.seq_len", d.seq_len, d.seq_len >= 4, ">= 4 ([CLS] A [SEP] B [SEP] needs room)"),
         ("data.eval_fraction", d.eval_fraction, fraction(d.eval_fraction), "in [0, 1)"),
         ("train.max_steps", t.max_steps, t.max_steps >= 1, ">= 1"),
+        ("train.threads", t.threads, t.threads == "auto" or t.threads >= 1, ">= 1 or auto"),
         ("train.batch_size", t.batch_size, t.batch_size >= 1, ">= 1"),
         (
             "train.micro_batch_size",
@@ -658,6 +663,10 @@ class FinetuneConfig:
     eval_every_epoch: bool = False
     """Also evaluate on dev after every epoch (recorded in each run's history)."""
     eval_batch_size: int = 128
+    threads: int | Literal["auto"] = "auto"
+    """CPU threads of this process: a number, or auto: the cores this process may use (its share of them beside
+    the machine's other runs of ours) less those other work keeps busy when it starts (electra.utils.machine
+    choose_threads; docs/benchmarks.md "Threads"). OMP_NUM_THREADS, when set, wins over auto."""
     """Examples per evaluation forward pass (speed only)."""
     predict_test: bool = False
     """Write test predictions and the GLUE submission zip."""
@@ -687,6 +696,7 @@ def validate_finetune(cfg: FinetuneConfig) -> None:
         (cfg.eval_batch_size >= 1, f"finetune.eval_batch_size must be >= 1, got {cfg.eval_batch_size}"),
         (cfg.epochs is None or cfg.epochs >= 1, f"finetune.epochs must be >= 1 or null, got {cfg.epochs}"),
         (cfg.max_steps is None or cfg.max_steps >= 1, f"finetune.max_steps must be >= 1 or null, got {cfg.max_steps}"),
+        (cfg.threads == "auto" or cfg.threads >= 1, f"finetune.threads must be >= 1 or auto, got {cfg.threads}"),
         (cfg.grad_clip > 0, f"finetune.grad_clip must be > 0, got {cfg.grad_clip}"),
         (cfg.max_length >= 5, f"finetune.max_length must be >= 5 ([CLS] A [SEP] B [SEP]), got {cfg.max_length}"),
     ]

@@ -48,13 +48,14 @@ from electra.training.loop import keep_freed_memory_in_heap
 from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
+from electra.utils.machine import choose_threads
 from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
 from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.glue")
 
 # Fields that change what a run computes; the others (outputs, eval batch size) may differ between reruns.
-_NOT_FINGERPRINTED = ("predict_test", "save_model", "eval_every_epoch", "eval_batch_size")
+_NOT_FINGERPRINTED = ("predict_test", "save_model", "eval_every_epoch", "eval_batch_size", "threads")
 
 
 @dataclass
@@ -228,6 +229,8 @@ def work(
     """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process."""
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
+    if device.type == "cpu":
+        log.info("threads %d (%s)", *choose_threads(cfg.threads))
     todo = [(t, s) for t in data for s in spec.seeds]
     done = [(t, s) for t, s in todo if (run_dir(out, t, s) / "result.json").exists()]
     if done:

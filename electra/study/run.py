@@ -155,7 +155,8 @@ def _pretrain_worker(
     its share of the CPU cores."""
     import torch
 
-    if threads is not None:
+    if threads is not None:  # the study's split of the cores, which auto then keeps (as under OMP_NUM_THREADS)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
     meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)

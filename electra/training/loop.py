@@ -60,7 +60,7 @@ from electra.training.stopping import FAILED, StopVote, agree_on_collapse, agree
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
 from electra.utils.files import FolderLock, folder_lock
-from electra.utils.machine import describe_machine
+from electra.utils.machine import choose_threads, describe_machine
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.pretrain")
@@ -208,6 +208,9 @@ def _build_run(
 ) -> Run:
     if dev.type == "cpu":
         keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md)
+        threads, why = choose_threads(cfg.train.threads, share=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        if rank == 0:
+            log.info("threads %d per process (%s)", threads, why)
     data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
     if cfg.model.vocab_size != data.tokens.vocab_size:
         log.info("model.vocab_size set to the tokenizer's %d (was %d)", data.tokens.vocab_size, cfg.model.vocab_size)

@@ -55,6 +55,7 @@ RESUMABLE_CHANGES = {
     "train.compile",
     "train.micro_batch_size",
     "train.max_memory_gb",
+    "train.threads",
     "train.max_steps",  # extending a run is allowed: the schedule then stretches from the resumed step on
 }
 

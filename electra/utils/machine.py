@@ -4,7 +4,9 @@ the CPU that took it: CPU models differ several-fold in speed, and a cloud VM's 
 
 from __future__ import annotations
 
+import os
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -42,3 +44,53 @@ def describe_machine(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} on {cpu_model()}"
     return f"{cpu_model()}, {threads}"
+
+
+BUSY_CORE = 0.5
+"""A core that other processes keep busy this much of the time counts as taken: OpenMP threads wait for each other
+at every parallel region, so one thread sharing its core with other work holds the rest back (docs/benchmarks.md
+"Threads")."""
+
+
+def cores_busy_elsewhere(seconds: float = 0.3, stat: Path = Path("/proc/stat")) -> float | None:
+    """How many cores other processes kept busy over the next `seconds`: the machine's busy CPU time (Linux's
+    /proc/stat) less this process's own, per second of wall time; None where /proc/stat cannot be read."""
+
+    def busy_and_wall() -> tuple[float, float]:
+        fields = [float(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), time.perf_counter()
+
+    try:
+        (busy0, wall0), own0 = busy_and_wall(), time.process_time()
+        time.sleep(seconds)
+        (busy1, wall1), own1 = busy_and_wall(), time.process_time()
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, (busy1 - busy0) - (own1 - own0)) / max(wall1 - wall0, 1e-6)
+
+
+def auto_threads(cores: int, busy_elsewhere: float | None) -> int:
+    """Threads for one process that may use `cores` cores while other work keeps `busy_elsewhere` of the machine's
+    cores busy: the cores left free (a core counts as taken from BUSY_CORE of one), at least one."""
+    if busy_elsewhere is None:
+        return max(1, cores)
+    taken = int(busy_elsewhere + (1 - BUSY_CORE))  # 0.49 -> 0, 0.5 -> 1, 1.5 -> 2
+    return max(1, min(cores, usable_cpus() - taken))
+
+
+def choose_threads(setting: int | str, share: int = 1) -> tuple[int, str]:
+    """torch's intra-op threads for this process and why, set here: an explicit number; under OMP_NUM_THREADS
+    what it says; `auto`: `auto_threads` of this process's share of the usable cores (1/`share`: the processes of
+    one machine that split them, a torchrun node's ranks), given what other work uses now."""
+    if setting != "auto":
+        torch.set_num_threads(int(setting))
+        return int(setting), "asked for"
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads(), "OMP_NUM_THREADS"
+    cores = max(1, usable_cpus() // share)
+    busy = cores_busy_elsewhere()
+    threads = auto_threads(cores, busy)
+    torch.set_num_threads(threads)
+    said = "unknown" if busy is None else f"{busy:.1f}"
+    return threads, f"auto: {plural(cores, 'core')} for this process, {said} of the machine's busy with other work"

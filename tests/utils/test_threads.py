@@ -1,0 +1,57 @@
+"""train.threads / finetune.threads = auto: the cores other work leaves free, measured when the process starts;
+an explicit number or OMP_NUM_THREADS wins. The table behind the rule: docs/benchmarks.md "Threads"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from electra.utils import machine
+from electra.utils.machine import auto_threads, choose_threads, cores_busy_elsewhere
+
+
+@pytest.fixture
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_auto_takes_the_cores_other_work_leaves_free(monkeypatch):
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    assert [auto_threads(2, busy) for busy in (0.0, 0.3, 0.49, 0.5, 1.0, 1.6, 2.0, 3.5)] == [2, 2, 2, 1, 1, 1, 1, 1]
+    assert auto_threads(1, 0.0) == 1  # a worker's share caps it
+    assert auto_threads(2, None) == 2  # nothing known about the machine: all of the share
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 8)
+    assert [auto_threads(4, busy) for busy in (0.0, 3.0, 5.2, 7.0)] == [4, 4, 3, 1]
+
+
+def test_busy_cores_of_other_processes_are_measured_and_our_own_are_not():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        busy = cores_busy_elsewhere(1.0)
+    finally:
+        spinner.kill()
+    assert busy is not None and busy >= 0.7  # the spinner's core (other work on the machine can only add)
+    assert cores_busy_elsewhere(0.5, stat=machine.Path("/nonexistent/stat")) is None
+
+
+def test_an_explicit_number_and_omp_num_threads_win_over_auto(monkeypatch, keep_threads):
+    assert choose_threads(1) == (1, "asked for") and torch.get_num_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    assert choose_threads("auto") == (1, "OMP_NUM_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 1.0)
+    threads, why = choose_threads("auto")
+    assert threads == 1 == torch.get_num_threads()
+    assert why == "auto: 2 cores for this process, 1.0 of the machine's busy with other work"
+    monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 0.0)
+    assert choose_threads("auto", share=2)[0] == 1  # one of two processes splitting the cores
+    assert choose_threads("auto")[0] == 2 == torch.get_num_threads()
