@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 # everything: the fast tier, then the slow one
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest --durations=20 tests
 
 # the fast tier: no fresh Python process, no end-to-end run; about a minute on two cores
 test-fast: $(STAMP)

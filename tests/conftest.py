@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,11 @@ from tests.helpers import SHARED_DATA
 
 # The tests use tiny models: one thread is as fast, and immune to the stalls two OpenMP threads suffer when the
 # other core is busy (measured here: 15 ms vs 830 ms per overfitting step with a second process running).
+# OMP_NUM_THREADS makes train.threads / finetune.threads = auto keep that one thread too: a run in this process that
+# took both cores would make results depend on the machine's load (a killed run resumed beside a busier test is no
+# longer bit-equal) and would hang every child forked after it (GNU OpenMP cannot start a second thread team in a
+# fork of a process that used one).
+os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 

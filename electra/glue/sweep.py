@@ -553,6 +553,8 @@ def _worker_main(path: str, device: str) -> int:
         work(spec, header, load_data(tasks, spec.finetune), resolve_device(device))
     except KeyboardInterrupt:  # stopped by the sweep (spawn_workers), which says what was interrupted
         return 128 + int(signal.SIGINT)
+    finally:  # a stop that arrives while the interpreter shuts down (the last run just ended) has nothing to stop:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # without this, atexit hooks print its traceback
     return 0
 
 

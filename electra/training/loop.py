@@ -208,9 +208,6 @@ def _build_run(
 ) -> Run:
     if dev.type == "cpu":
         keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md)
-        threads, why = choose_threads(cfg.train.threads, share=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        if rank == 0:
-            log.info("threads %d per process (%s)", threads, why)
     data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
     if cfg.model.vocab_size != data.tokens.vocab_size:
         log.info("model.vocab_size set to the tokenizer's %d (was %d)", data.tokens.vocab_size, cfg.model.vocab_size)
@@ -256,6 +253,12 @@ def _build_run(
             meta, loop_state = restored
             meta.data_digests = digests  # an older checkpoint's None: recorded from now on
         training_state.check_same_resume_step(meta.step, where, rank, world)
+    if dev.type == "cpu":
+        share = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        first = meta.sessions[0].get("threads") if meta.sessions else None  # a resumed run's first session's
+        threads, why = choose_threads(cfg.train.threads, share, keep=first)
+        if rank == 0:
+            log.info("threads %d per process (%s)", threads, why)
     meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
     meta.tf32 = tf32
     meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
@@ -451,18 +454,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     )
     params = list(run.raw_model.parameters())
     run.raw_model.train()
-    meta.device = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else run.device.type
-    meta.stopped_by_signal = None  # this session's, if any, is set below
-    meta.sessions.append(
-        {
-            "device": meta.device,
-            "machine": describe_machine(run.device),
-            "world_size": run.world,
-            "start_step": meta.step,
-            "start_seconds": meta.train_seconds,
-            "max_steps": t.max_steps,
-        }
-    )
+    start_session(run)
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
     prefetch = prefetch_batches(run, meta.step)
     data_error, last = None, None  # this rank's failure to read its batches; the last batches it read
@@ -470,11 +462,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
         for step in range(meta.step, t.max_steps):
             lr = learning_rate(step, t)
             set_learning_rate(run.optimizer, lr)
-            if cfg.objective.kind == "electra":  # the generator's sampling schedules (the masked LM samples nothing)
-                if cfg.objective.temperature_start is not None:
-                    run.raw_model.set_temperature(temperature_at(step, cfg.objective))
-                if cfg.objective.uniform_replace_start is not None:
-                    run.raw_model.set_uniform_replace(uniform_replace_at(step, cfg.objective))
+            set_sampling_schedules(run, step)
             if data_error is None:
                 try:
                     batches, masked = step_batches(run, step, prefetch.get(step))
@@ -509,24 +497,12 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             if error is None:
                 try:
                     if log_now:
-                        row = window.row(cfg, run.world, meta, done, lr)
-                        if run.main_process:
-                            write_metrics(run.run_dir, row, writers)
-                            bar.set_postfix(progress_fields(cfg, row))
+                        log_window(run, window, writers, bar, done, lr)
                     if eval_now and run.main_process:
                         watch_collapse(
-                            run.raw_model,
-                            run.data,
-                            cfg,
-                            run.tokens,
-                            run.device,
-                            run.autocast,
-                            meta,
-                            run.run_dir,
-                            writers,
-                            done,
-                            run.per_rank // run.accum,
-                        )
+                            run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
+                            writers, done, run.per_rank // run.accum,
+                        )  # fmt: skip
                         failpoint("evaluate")
                 except Exception as err:
                     error = err
@@ -537,18 +513,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             if signalled is not None:
                 meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
             if save_now:
-                record_memory(run, meta)
-                training_state.save_training_state(
-                    run.run_dir,
-                    cfg,
-                    run.raw_model,
-                    run.optimizer,
-                    run.scaler,
-                    meta,
-                    run.rank,
-                    run.world,
-                    {"window": window.state()},
-                )
+                save(run, window)
             if signalled is not None:
                 log.warning(
                     "signal %s: saved step %d and stopped; the run continues from there when resumed", signalled, done
@@ -570,6 +535,60 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             error = err
     agree_on_failure(error, run.rank, run.world)
     return meta
+
+
+def start_session(run: Run) -> None:
+    """Record this training session (a resumed run has several) in run.json: its device, machine and start."""
+    meta = run.meta
+    meta.device = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else run.device.type
+    meta.stopped_by_signal = None  # this session's, if any, is set when a signal stops it
+    meta.sessions.append(
+        {
+            "device": meta.device,
+            "machine": describe_machine(run.device),
+            "threads": torch.get_num_threads() if run.device.type == "cpu" else None,
+            "world_size": run.world,
+            "start_step": meta.step,
+            "start_seconds": meta.train_seconds,
+            "max_steps": run.cfg.train.max_steps,
+        }
+    )
+
+
+def set_sampling_schedules(run: Run, step: int) -> None:
+    """The generator's sampling temperature and uniform fraction for `step` (ELECTRA; the masked LM samples
+    nothing)."""
+    o = run.cfg.objective
+    if o.kind != "electra":
+        return
+    if o.temperature_start is not None:
+        run.raw_model.set_temperature(temperature_at(step, o))
+    if o.uniform_replace_start is not None:
+        run.raw_model.set_uniform_replace(uniform_replace_at(step, o))
+
+
+def log_window(run: Run, window: Window, writers: list, bar: tqdm, done: int, lr: float) -> None:
+    """The training window's metrics line (every rank computes it: it all-reduces), written by rank 0."""
+    row = window.row(run.cfg, run.world, run.meta, done, lr)
+    if run.main_process:
+        write_metrics(run.run_dir, row, writers)
+        bar.set_postfix(progress_fields(run.cfg, row))
+
+
+def save(run: Run, window: Window) -> None:
+    """A checkpoint of this step (every rank writes its own part), with the training window's running sums."""
+    record_memory(run, run.meta)
+    training_state.save_training_state(
+        run.run_dir,
+        run.cfg,
+        run.raw_model,
+        run.optimizer,
+        run.scaler,
+        run.meta,
+        run.rank,
+        run.world,
+        {"window": window.state()},
+    )
 
 
 def keep_freed_memory_in_heap() -> bool:

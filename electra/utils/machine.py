@@ -79,16 +79,23 @@ def auto_threads(cores: int, busy_elsewhere: float | None) -> int:
     return max(1, min(cores, usable_cpus() - taken))
 
 
-def choose_threads(setting: int | str, share: int = 1) -> tuple[int, str]:
+def choose_threads(setting: int | str, share: int = 1, keep: int | None = None) -> tuple[int, str]:
     """torch's intra-op threads for this process and why, set here: an explicit number; under OMP_NUM_THREADS
-    what it says; `auto`: `auto_threads` of this process's share of the usable cores (1/`share`: the processes of
-    one machine that split them, a torchrun node's ranks), given what other work uses now."""
+    what it says; `auto`: `keep` where given and within this process's share of the usable cores (1/`share`: the
+    processes of one machine that split them, a torchrun node's ranks), else `auto_threads` of that share, given
+    what other work uses now.
+
+    `keep` is a resumed run's first choice: CPU sums split over other thread counts round differently, so a run
+    that kept its threads continues bit for bit, as if it had never stopped."""
     if setting != "auto":
         torch.set_num_threads(int(setting))
         return int(setting), "asked for"
     if os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads(), "OMP_NUM_THREADS"
     cores = max(1, usable_cpus() // share)
+    if keep is not None and 1 <= keep <= cores:
+        torch.set_num_threads(keep)
+        return keep, "auto: as the run's first session, so that it continues bit for bit"
     busy = cores_busy_elsewhere()
     threads = auto_threads(cores, busy)
     torch.set_num_threads(threads)

@@ -214,7 +214,8 @@ def test_ctrl_c_says_what_finished_what_was_interrupted_and_the_command_that_con
     """Ctrl-C at a terminal (SIGINT to the sweep's process group) while a run trains: exit 130 with one summary,
     no worker's traceback, no claim left behind; the command it prints finishes the sweep, redoing only the rest."""
     out = tmp_path / "out"
-    args = glue_args(world, out, "rte", "--seeds", "4", "--batch-size", "2", "--max-steps", "40", *workers)
+    # 400 steps (a second or two a run): the Ctrl-C lands inside a run, not between two runs that take 0.2 s
+    args = glue_args(world, out, "rte", "--seeds", "4", "--batch-size", "2", "--max-steps", "400", *workers)
     proc = start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     first = out / "runs" / "rte" / "seed0" / "result.json"
     deadline = time.time() + 120

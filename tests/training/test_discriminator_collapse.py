@@ -2,8 +2,9 @@
 
 Without the preset's temperature schedule (OFF's constant temperature 1), the discriminator's last-layer token
 states collapse to nearly one vector once its generator reaches the token-frequency plateau (step ~80), and it
-answers the same for every token; with it (temperature 3 falling to 1 over 3000 steps) they stay spread and the
-discriminator separates replaced tokens. docs/results.md, "The discriminator's first minutes", has the screen.
+answers the same for every token; with it (temperature 3 falling to 1 over 3000 steps) they stay spread, and the
+discriminator goes on to separate replaced tokens (held-out AUC 0.71 at step 3000, 0.78 at 9148). docs/results.md,
+"The discriminator's first minutes", has the screen.
 """
 
 import json
@@ -57,11 +58,14 @@ def held_out(overrides: list[str], data: Path, run: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_a_4x128_discriminator_collapses_at_temperature_1_and_lives_with_the_cpu_recipe(wiki_slice, tmp_path):
-    """Measured at step 500 (Intel Xeon family 6 model 167, one thread beside other work, 134-155 s a run): OFF's
-    temperature 1 rank 3.9, AUC 0.562, recall 0.000; the preset rank 36.1, AUC 0.788, recall 0.075. Without the
-    preset's schedule the second run is the first, and its assertion fails."""
+def test_a_4x128_discriminator_collapses_at_temperature_1_and_stays_spread_with_the_cpu_recipe(wiki_slice, tmp_path):
+    """Judged by the discriminator's last-layer token states at step 500 (Intel Xeon family 6 model 167, one thread
+    beside other work, 134-155 s a run): OFF's temperature 1 collapses them (effective rank 3.6-3.9, AUC 0.55-0.56);
+    the preset keeps them spread (rank 31-44). The held-out AUC, sampled at temperature 1 whatever
+    the schedule has reached, does not separate the two this early (the preset 0.53-0.60): it does from step ~1500
+    (0.62 against 0.55; 0.71 at step 3000), too late for this tier. Without the preset's schedule the second run is
+    the first, and its assertion fails."""
     off = held_out(["objective.temperature_start=null"], wiki_slice, tmp_path / "off")
     ours = held_out([], wiki_slice, tmp_path / "ours")
     assert off["eval_disc_effective_rank"] <= COLLAPSE_RANK and off["eval_disc_auc"] < 0.6, off
-    assert ours["eval_disc_effective_rank"] > 15 and ours["eval_disc_auc"] > 0.7, ours
+    assert ours["eval_disc_effective_rank"] > 15, ours

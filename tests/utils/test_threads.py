@@ -3,6 +3,7 @@ an explicit number or OMP_NUM_THREADS wins. The table behind the rule: docs/benc
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -55,3 +56,23 @@ def test_an_explicit_number_and_omp_num_threads_win_over_auto(monkeypatch, keep_
     monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 0.0)
     assert choose_threads("auto", share=2)[0] == 1  # one of two processes splitting the cores
     assert choose_threads("auto")[0] == 2 == torch.get_num_threads()
+
+
+def test_a_resumed_run_keeps_the_threads_auto_chose_at_its_start(monkeypatch, tmp_path, keep_threads, caplog):
+    """Sums split over another thread count round differently (6 steps of the tiny preset on 1 and 2 threads
+    differ in 64 of 80 tensors), so auto, resuming, keeps the first session's choice though the machine is
+    idle now. One thread first: a team of two in this process would hang the tests that fork after it."""
+    from electra.config import load_config
+    from electra.training.loop import pretrain
+
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    run, steps = tmp_path / "run", ["train.save_every=2", "train.eval_every=1000", "train.threads=auto"]
+    monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 1.0)  # busy at the start: one thread
+    pretrain(load_config("tiny", [*steps, "train.max_steps=2"]), run)
+    monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 0.0)  # idle now: auto alone would take two
+    with caplog.at_level("INFO", logger="electra.pretrain"):
+        pretrain(load_config("tiny", [*steps, "train.max_steps=4"]), run, resume="auto")
+    sessions = json.loads((run / "run.json").read_text())["sessions"]
+    assert [s["threads"] for s in sessions] == [1, 1] and sessions[1]["start_step"] == 2
+    assert "threads 1 per process (auto: as the run's first session, so that it continues bit for bit)" in caplog.text
