@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from electra.utils.errors import RankFailedError
+from electra.utils.slurm import JobsFailed
 from electra.utils.wording import as_flags
 
 
@@ -362,6 +363,45 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
         help="also log each run to Weights & Biases, grouped by OUT's "
         "name (offline, under OUT/wandb, unless WANDB_MODE)",
     )
+    _add_executor(p)
+
+
+def _add_executor(p: argparse.ArgumentParser) -> None:
+    """--executor and the SLURM options (electra/utils/slurm.py SlurmOptions), shared by glue and study."""
+    from electra.utils.slurm import EXECUTORS, SlurmOptions
+
+    d = SlurmOptions()
+    x = p.add_argument_group("where runs run (--executor slurm: SLURM jobs through submitit, docs/cluster.md)")
+    x.add_argument("--executor", choices=EXECUTORS, default="local", help="local (default) or slurm")
+    x.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
+    x.add_argument("--time-minutes", type=int, default=d.time_minutes, help="time limit of one job")
+    x.add_argument("--account", default=None, help="SLURM account")
+    x.add_argument("--qos", default=None, help="SLURM quality of service")
+    x.add_argument("--sbatch", action="append", default=[], metavar="--OPTION[=VALUE]", help="more sbatch options")
+    x.add_argument("--job-name", default=d.job_name, help="the jobs' name prefix")
+    x.add_argument("--gpus-per-job", type=int, default=d.pretrain_gpus, help="GPUs of a pretraining job (DDP ranks)")
+    x.add_argument("--finetune-gpus", type=int, default=d.finetune_gpus, help="GPUs of a fine-tuning job (0 or 1)")
+    x.add_argument("--cpus-per-job", type=int, default=d.cpus_per_job, help="CPU cores (and CPU threads) of a job")
+    x.add_argument("--mem-gb", type=float, default=None, help="memory of a job")
+    x.add_argument("--poll-seconds", type=float, default=d.poll_seconds, help="how often to look at the queue")
+
+
+def _slurm_options(args: argparse.Namespace):
+    from electra.utils.slurm import SlurmOptions
+
+    return SlurmOptions(
+        partition=args.partition,
+        time_minutes=args.time_minutes,
+        account=args.account,
+        qos=args.qos,
+        sbatch=args.sbatch,
+        job_name=args.job_name,
+        pretrain_gpus=args.gpus_per_job,
+        finetune_gpus=args.finetune_gpus,
+        cpus_per_job=args.cpus_per_job,
+        mem_gb=args.mem_gb,
+        poll_seconds=args.poll_seconds,
+    )
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -399,6 +439,8 @@ def _run_glue(args: argparse.Namespace) -> int:
         stop_after=args.stop_after,
         progress=not args.quiet,
         loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
+        executor=args.executor,
+        slurm=_slurm_options(args),
     )
     try:
         return 0 if run_sweep(spec).ok else 1
@@ -459,6 +501,7 @@ def _add_study(p: argparse.ArgumentParser) -> None:
         "--wandb", action="store_true", help="also log every run to Weights & Biases (offline unless WANDB_MODE)"
     )
     _add_quiet(p, "no progress bars (the plan and each phase's lines are still printed)")
+    _add_executor(p)
 
 
 def _run_study(args: argparse.Namespace) -> int:
@@ -483,6 +526,8 @@ def _run_study(args: argparse.Namespace) -> int:
         device=args.device,
         loggers=[name for name in ("tensorboard", "wandb") if getattr(args, name)],
         progress=not args.quiet,
+        executor=args.executor,
+        slurm=_slurm_options(args),
     )
     try:
         report = run_study(spec)
@@ -772,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
         code = run(args) or 0
     except KeyboardInterrupt:
         code = 130
+    except JobsFailed as err:  # SLURM jobs that ended without their runs' results, one line each
+        print(f"electra {name}: {err}", file=sys.stderr)
+        code = 1
     except (ValueError, FileNotFoundError, OSError, RankFailedError) as err:
         # Errors we raise for bad input carry the file and line; show them as one line, not a traceback.
         print(f"electra {name}: error: {_error_line(err, _flag_names(parser))}", file=sys.stderr)

@@ -50,6 +50,7 @@ from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.machine import choose_threads
 from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
+from electra.utils.slurm import EXECUTORS, Job, JobsFailed, SlurmOptions, check_options, run_jobs
 from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.glue")
@@ -90,6 +91,10 @@ class SweepSpec:
     """A progress bar per run."""
     loggers: list[str] = field(default_factory=list)
     """Trackers each run also logs to (tensorboard, wandb): one tracker run per (task, seed), grouped by sweep."""
+    executor: str = "local"
+    """local: this process (and its workers); slurm: each (task, seed) one element of a SLURM job array
+    (electra/utils/slurm.py), this process submitting, waiting and writing the report."""
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -180,7 +185,13 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
         pretrained = load_pretrained(spec.model, spec.tokenizer) if pending else None  # a bad model fails now
         devices = spec.devices or [spec.device] * spec.num_workers
         codes: list[int] = []
-        if len(devices) > 1:
+        if spec.executor == "slurm":
+            try:
+                on_slurm(spec, pending, on_runs)
+            except JobsFailed:
+                finish(out, header, codes)  # the report of the runs that finished, then what failed
+                raise
+        elif len(devices) > 1:
             codes = spawn_workers(spec, devices, on_runs)
             if any(codes):
                 log.error("worker processes exited with %s; run the same sweep again to resume", codes)
@@ -208,10 +219,14 @@ def check_spec(spec: SweepSpec) -> None:
         raise ValueError(f"seeds {seeds}: need at least one seed, distinct and non-negative")
     if spec.num_workers < 1 or (spec.stop_after is not None and spec.stop_after < 1):
         raise ValueError("num_workers and stop_after must be at least 1")
+    if spec.executor not in EXECUTORS:
+        raise ValueError(f"executor {spec.executor!r}: expected one of {list(EXECUTORS)}")
+    if spec.executor == "slurm":
+        check_options(spec.slurm)
     check_trackers(spec.loggers)
     validate_finetune(spec.finetune)
-    for device in spec.devices or [spec.device]:  # before any data is read, in `electra pretrain`'s words
-        resolve_device(device)
+    for device in [] if spec.executor == "slurm" else spec.devices or [spec.device]:  # the jobs' GPUs: not here
+        resolve_device(device)  # before any data is read, in `electra pretrain`'s words
 
 
 def load_data(tasks: list[TaskSpec], cfg: FinetuneConfig) -> dict[str, TaskData]:
@@ -225,8 +240,10 @@ def work(
     device: torch.device,
     pretrained: Pretrained | None = None,
     on_runs: Callable[[int], None] | None = None,
+    take_over: bool = False,
 ) -> None:
-    """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process."""
+    """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process
+    (`take_over`: whatever holds the claim; a SLURM job, given its run by the one process that submits them)."""
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
     if device.type == "cpu":
@@ -238,7 +255,7 @@ def work(
     prepared, finished = {}, 0
     for i, (task, seed) in enumerate(todo, 1):
         rdir = run_dir(out, task, seed)
-        if (rdir / "result.json").exists() or not claim(rdir):
+        if (rdir / "result.json").exists() or not claim(rdir, take_over):
             continue
         try:
             if pretrained is None:
@@ -416,8 +433,10 @@ def read_header(out: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def claim(rdir: Path) -> bool:
-    """Take the run for this process; False when a live process holds it. A dead holder's claim is taken over."""
+def claim(rdir: Path, take_over: bool = False) -> bool:
+    """Take the run for this process; False when a live process holds it. A dead holder's claim is taken over,
+    and any with `take_over` (a cancelled SLURM job's claim, left on another node, names a process this one cannot
+    see)."""
     rdir.mkdir(parents=True, exist_ok=True)
     path = rdir / "claim"
     me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
@@ -429,7 +448,7 @@ def claim(rdir: Path) -> bool:
                 holder = json.loads(path.read_text() or "{}")
             except (OSError, json.JSONDecodeError):
                 return False  # being written by its holder right now
-            if holder.get("host") == me["host"] and not pid_alive(holder.get("pid", -1)):
+            if take_over or (holder.get("host") == me["host"] and not pid_alive(holder.get("pid", -1))):
                 log.warning("%s: taking over from process %s, which is gone", rdir, holder.get("pid"))
                 path.unlink(missing_ok=True)
                 continue
@@ -529,6 +548,34 @@ def stop_workers(procs: list[subprocess.Popen]) -> None:
 def finished_runs(out: Path) -> int:
     """How many runs of the sweep in `out` have finished (their result.json written)."""
     return sum(1 for _ in out.glob("runs/*/seed*/result.json"))
+
+
+def on_slurm(spec: SweepSpec, pending: list[tuple[str, int]], on_runs: Callable[[int], None] | None) -> None:
+    """Each pending (task, seed) one element of a SLURM job array (`run_in_job`); returns when all have left the
+    queue, raising JobsFailed for those that did so without a result."""
+    out = Path(spec.out)
+    raw = dataclasses.asdict(spec)
+    jobs = [
+        Job(f"glue/{task}/{seed}", run_in_job, (raw, task, seed), (run_dir(out, task, seed) / "result.json").exists)
+        for task, seed in pending
+    ]
+    name = f"{spec.slurm.job_name}-glue-{out.resolve().name}"
+    failures = run_jobs(
+        jobs, out / "slurm", spec.slurm, spec.slurm.finetune_gpus, name, lambda _: on_runs(1) if on_runs else None
+    )
+    if failures:
+        raise JobsFailed(failures)
+
+
+def run_in_job(raw: dict, task: str, seed: int) -> None:
+    """One (task, seed) of the sweep `raw` (its SweepSpec as a dict), in a SLURM job: as a local run does it."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    spec = spec_from_dict(raw, source=f"{raw.get('out')} (the sweep's spec)")
+    spec = dataclasses.replace(spec, seeds=[seed], executor="local", devices=[], num_workers=1, progress=False)
+    tasks, _ = resolve_tasks(spec.tasks, spec.glue_dir)
+    tasks = [t for t in tasks if t.task.name == task]
+    header = check_sweep_header(Path(spec.out), spec, write=False)
+    work(spec, header, load_data(tasks, spec.finetune), resolve_device(spec.device), take_over=True)
 
 
 def spec_from_dict(raw: dict, source: str) -> SweepSpec:

@@ -23,6 +23,7 @@ from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
 from electra.utils.processes import usable_cpus
+from electra.utils.slurm import SlurmOptions
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.study")
@@ -67,10 +68,14 @@ class StudySpec:
     `electra glue` do: RUN/tensorboard, and one W&B run per pretraining run and per fine-tuning (task, seed)."""
     progress: bool = True
     """Progress bars (pretraining, and the fine-tuning phase's)."""
+    executor: str = "local"
+    """local: this machine (`parallel` pretraining processes, then each sweep); slurm: each pretraining one SLURM
+    job, each fine-tuning (task, seed) one element of a job array (electra/utils/slurm.py)."""
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
 
 # the fields that may change between a study's invocations without changing what it computes
-_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers", "progress")
+_NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers", "progress", "executor", "slurm")
 
 
 @dataclass

@@ -21,6 +21,7 @@ is finished and resumes the rest bit for bit (pretraining from its checkpoints, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -52,6 +53,7 @@ from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
 from electra.utils.processes import stop_with_parent, usable_cpus
+from electra.utils.slurm import EXECUTORS, Job, JobsFailed, check_options, plan_line, run_jobs
 from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.study")
@@ -175,6 +177,8 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
             todo.append((s, run))
     if not todo:
         return
+    if spec.executor == "slurm":
+        return pretrain_on_slurm(spec, todo)
     workers = max(1, min(spec.parallel, len(todo)))
     if workers == 1:  # in this process, with its threads
         for s, run in todo:
@@ -212,6 +216,43 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
         steps = [f.result() for f in futures]  # re-raises a worker's error
     for (s, _), step in zip(todo, steps, strict=True):
         _stop_if_short(s, step)
+
+
+def pretrain_on_slurm(spec: StudySpec, todo: list[tuple[Setting, Path]]) -> None:
+    """Each setting's pretraining one SLURM job (`pretrain_in_job`), all submitted at once; returns when every
+    one has left the queue, raising JobsFailed for those that did so short of their steps (their fine-tuning is
+    not submitted)."""
+    jobs = [
+        Job(
+            f"pretrain/{s.name}",
+            pretrain_in_job,
+            (dataclasses.asdict(s.config(spec)), str(run), spec.device, tuple(spec.loggers)),
+            functools.partial(pretrained, run, s.steps),
+        )
+        for s, run in todo
+    ]
+    o = spec.slurm
+    print(f"== pretraining {plural(len(todo), 'setting')} on SLURM, one job each", flush=True)
+    name = f"{o.job_name}-pretrain-{Path(spec.out).resolve().name}"
+    failures = run_jobs(jobs, Path(spec.out) / "slurm", o, o.pretrain_gpus, name)
+    if failures:
+        raise JobsFailed(failures)
+
+
+def pretrain_in_job(cfg_dict: dict, run: str, device: str | None, loggers: tuple[str, ...]) -> int:
+    """One setting's pretraining in a SLURM job; with several tasks (SlurmOptions.pretrain_gpus), one DDP rank
+    each, given the rendezvous torchrun would give them (submitit's TorchDistributedEnvironment). Stopped by
+    SLURM's warning signal (preemption, the time limit), it saves a checkpoint, then has submitit requeue the job,
+    which resumes from it."""
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        import submitit
+
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    step = _pretrain_worker(cfg_dict, run, device, loggers=loggers, progress=False)
+    stopped = json.loads((Path(run) / "run.json").read_text()).get("stopped_by_signal")
+    if stopped == int(signal.SIGUSR2):  # SLURM's warning: the checkpoint is saved; now submitit requeues the job
+        signal.raise_signal(signal.SIGUSR2)  # (its handler is back in place: Resumable.checkpoint)
+    return step
 
 
 _study_pid: int | None = None
@@ -275,6 +316,7 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
         unit="run",
         disable=not spec.progress,
     )
+    failures = []
     for s in settings:
         rdir = run_dir(spec, s)
         print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
@@ -287,12 +329,17 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
             finetune=finetune,
             recipe=spec.recipe,
             device=spec.device or "auto",
-            num_workers=spec.parallel,
+            num_workers=spec.parallel if spec.executor == "local" else 1,
             progress=False,
             loggers=list(spec.loggers),
+            executor=spec.executor,
+            slurm=spec.slurm,
         )
         try:
             result = run_sweep(sweep, on_runs=bar.update)
+        except JobsFailed as err:  # the other settings' jobs still run; all failures are raised at the end
+            failures += err.failures
+            continue
         except SweepInterrupted as stop:
             bar.close()
             during = f": {stop.interrupted_text()}" if stop.interrupted else " between two runs"
@@ -304,15 +351,22 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
                 [f"{f['task']} seed {f['seed']}" for f in result.failed],
             )
     bar.close()
+    if failures:
+        raise JobsFailed(failures)
 
 
 def run_study(spec: StudySpec) -> Path:
     """Pretrain every setting, fine-tune each, write the report; returns the report folder."""
 
     check_trackers(spec.loggers)  # a missing tracker package fails now, not after the pretraining
+    if spec.executor not in EXECUTORS:
+        raise ConfigError(f"executor {spec.executor!r}: expected one of {list(EXECUTORS)}")
+    if spec.executor == "slurm":
+        check_options(spec.slurm)
     with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
         settings = start(spec)
-        print("\n".join(plan_lines(make_plan(spec, settings), spec.out)), flush=True)
+        where = [plan_line(spec.slurm)] if spec.executor == "slurm" else []
+        print("\n".join([*plan_lines(make_plan(spec, settings), spec.out), *where]), flush=True)
         try:
             pretrain_all(spec, settings)
             finetune_all(spec, settings)

@@ -27,7 +27,10 @@ import torch.distributed as dist
 
 from electra.utils.errors import RankFailedError
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+"""SIGUSR2: SLURM's warning before it preempts a job or ends it at its time limit (`sbatch --signal=USR2@90`,
+submitit's default): the run saves a checkpoint and stops, and the job is requeued (electra/study/run.py
+`pretrain_in_job`)."""
 FAILED = 255
 """The vote's value when a rank failed in work that it cannot share (reading its batches): larger than any signal,
 so the max over ranks says "stop" and that it was a failure."""

@@ -1,0 +1,164 @@
+"""`--executor slurm` on a real SLURM cluster on localhost (the `slurm` fixture; skipped where SLURM cannot be
+started): a sweep's runs as a job array give the local executor's numbers bit for bit; a job cancelled midway is
+reported in one line and the same command finishes it; a submitting process killed while its jobs run is
+restarted and follows them without submitting any again; a job that fails on a bad input is reported by its error
+line, job id and log. Each job pins one CPU thread, as the tests' local runs do (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from electra.data.synthetic_tasks import write_synthetic_tasks
+from electra.training.checkpoint import list_checkpoints
+from tests.glue_fixtures import make_run, write_glue
+from tests.helpers import WALL_CLOCK_FIELDS, cli_command, cli_main, start_cli, without_seconds
+
+pytestmark = pytest.mark.slow
+
+SLURM = ["--executor", "slurm", "--gpus-per-job", "0", "--finetune-gpus", "0", "--cpus-per-job", "1"]
+FAST_POLL = ["--poll-seconds", "0.5"]
+NO_CUDA = 'electra.training.precision.DeviceError: `device="cuda"`: no CUDA device is visible'
+"""The last exception line of the traceback in the job's log."""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    return {"glue": write_glue(root / "glue"), "run": make_run(root / "run")}
+
+
+def glue(world, out: Path, *extra: str) -> list[str]:
+    return ["glue", "--model", str(world["run"]), "--glue-dir", str(world["glue"]), "--out", str(out), "--no-progress",
+            "--tasks", "rte", "--seeds", "3", *extra]  # fmt: skip
+
+
+def runs(out: Path) -> dict:
+    """Every run's result and metrics lines, without wall-clock times and the process that did it."""
+    found = {}
+    for path in sorted(out.glob("runs/*/*/result.json")):
+        record = json.loads(path.read_text())
+        record = {k: v for k, v in record.items() if k not in ("worker", "train_seconds", "seconds", "machine")}
+        lines = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
+        found[path.parent.relative_to(out).as_posix()] = (
+            record,
+            [{k: v for k, v in row.items() if k not in WALL_CLOCK_FIELDS} for row in lines],
+        )
+    return found
+
+
+def job_ids(out: Path) -> dict:
+    return json.loads((out / "slurm" / "jobs.json").read_text())
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {seconds} s")
+        time.sleep(0.1)
+
+
+def running_jobs() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def test_a_sweep_as_a_job_array_equals_the_local_sweep_bit_for_bit(slurm, world, tmp_path, capsys):
+    local, cluster = tmp_path / "local", tmp_path / "cluster"
+    assert cli_main(glue(world, local, "--max-steps", "20")) == 0
+    assert cli_main(glue(world, cluster, "--max-steps", "20", *SLURM, *FAST_POLL)) == 0
+    said = capsys.readouterr().out
+    assert "submitted 3 jobs to SLURM" in said
+    assert sorted(job_ids(cluster)) == ["glue/rte/0", "glue/rte/1", "glue/rte/2"]
+    expected = runs(local)
+    assert len(expected) == 3 and runs(cluster) == expected
+    pids = {json.loads(p.read_text())["worker"]["pid"] for p in cluster.glob("runs/*/*/result.json")}
+    assert len(pids) == 3  # each run in a job of its own
+    summary = [without_seconds(json.loads((o / "results.json").read_text())["tasks"]) for o in (local, cluster)]
+    assert summary[0] == summary[1]
+
+
+def test_a_cancelled_job_is_reported_and_the_same_command_finishes_its_run(slurm, world, tmp_path):
+    out = tmp_path / "out"
+    args = glue(world, out, "--max-steps", "3000", *SLURM, *FAST_POLL)
+    proc = start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: (out / "slurm" / "jobs.json").exists() and running_jobs(), 120, "a running job")
+    victim = running_jobs()[0]
+    subprocess.run(["scancel", victim], check=True)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stderr[-2000:]
+    key = next(k for k, v in job_ids(out).items() if v == victim)
+    lines = [line.strip() for line in stderr.splitlines() if f"job {victim} ended without a result" in line]
+    assert len(lines) == 2, stderr[-2000:]  # logged as it happened, then in the command's error
+    assert lines[-1].startswith(f"{key}: job {victim} ended without a result: ") and "CANCELLED" in lines[-1]
+    assert "electra glue: 1 SLURM job ended without a result:" in stderr
+    assert "running the same command again submits them again" in stderr
+    task, seed = key.split("/")[1:]
+    assert not (out / "runs" / task / f"seed{seed}" / "result.json").exists()
+    assert cli_main(args) == 0
+    assert job_ids(out)[key] != victim and len(runs(out)) == 3  # only the cancelled run was submitted again
+
+
+def test_a_killed_submitter_restarted_follows_its_jobs_and_submits_none_again(slurm, world, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = glue(world, out, "--max-steps", "3000", *SLURM, *FAST_POLL)
+    proc = start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: (out / "slurm" / "jobs.json").exists() and running_jobs(), 120, "a running job")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    submitted = job_ids(out)
+    assert cli_main(args) == 0
+    said = capsys.readouterr().out
+    assert "following 3 jobs already queued or running" in said and "submitted" not in said
+    assert job_ids(out) == submitted and len(runs(out)) == 3
+
+
+def test_a_job_failing_on_a_bad_input_is_reported_by_its_error_line(slurm, world, tmp_path):
+    """`--device cuda` on a cluster whose jobs have no GPU: the submitting process cannot know (a login node has
+    none either); every job fails, and each is reported in one line with its job id and log."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        cli_command(*glue(world, out, "--max-steps", "2", "--device", "cuda", *SLURM, *FAST_POLL)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ids = job_ids(out)
+    for key, job_id in ids.items():
+        line = next(line.strip() for line in proc.stderr.splitlines() if line.startswith(f"  {key}: job {job_id} "))
+        log = out / "slurm" / f"{job_id}_0_log.err"
+        assert line.startswith(f"{key}: job {job_id} ended without a result: {NO_CUDA}") and log.exists()
+        assert line.endswith(f"(log: {log})") and line.count("\n") == 0
+
+
+def test_a_study_on_slurm_ends_with_the_local_studys_weights_and_results(slurm, tmp_path, capsys):
+    """The toy study of tests/study (ELECTRA, MLM and no pretraining at equal FLOPs, two tasks, one seed): its two
+    pretraining jobs and its fine-tuning arrays give the weights and GLUE results the local executor gives."""
+    from electra.study.run import run_study
+    from electra.utils.slurm import SlurmOptions
+    from tests.study.test_study import spec
+
+    tasks = ",".join(str(p) for p in write_synthetic_tasks(tmp_path / "tasks")[:2])
+    local, cluster = tmp_path / "local", tmp_path / "cluster"
+    run_study(spec(local, tasks))
+    options = SlurmOptions(pretrain_gpus=0, finetune_gpus=0, cpus_per_job=1, poll_seconds=0.5)
+    run_study(spec(cluster, tasks, executor="slurm", slurm=options))
+    assert "submitted 2 jobs to SLURM" in capsys.readouterr().out  # electra and mlm; none needs no training
+    assert sorted(job_ids(cluster))[:2] == ["pretrain/kind=electra", "pretrain/kind=mlm"]
+    for name in ("kind=electra", "kind=mlm", "kind=none"):
+        a = load_file(list_checkpoints(local / "runs" / name / "pretrain")[-1] / "model.safetensors")
+        b = load_file(list_checkpoints(cluster / "runs" / name / "pretrain")[-1] / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        glue_a = json.loads((local / "runs" / name / "glue" / "results.json").read_text())
+        glue_b = json.loads((cluster / "runs" / name / "glue" / "results.json").read_text())
+        assert without_seconds(glue_a) == without_seconds(glue_b), name
+    assert (cluster / "report" / "report.md").exists()
