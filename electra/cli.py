@@ -380,6 +380,7 @@ def _add_executor(p: argparse.ArgumentParser) -> None:
     x.add_argument("--sbatch", action="append", default=[], metavar="--OPTION[=VALUE]", help="more sbatch options")
     x.add_argument("--job-name", default=d.job_name, help="the jobs' name prefix")
     x.add_argument("--gpus-per-job", type=int, default=d.pretrain_gpus, help="GPUs of a pretraining job (DDP ranks)")
+    x.add_argument("--ranks-per-job", type=int, default=0, help="processes of a pretraining job (0: one per GPU)")
     x.add_argument("--finetune-gpus", type=int, default=d.finetune_gpus, help="GPUs of a fine-tuning job (0 or 1)")
     x.add_argument("--cpus-per-job", type=int, default=d.cpus_per_job, help="CPU cores (and CPU threads) of a job")
     x.add_argument("--mem-gb", type=float, default=None, help="memory of a job")
@@ -397,6 +398,7 @@ def _slurm_options(args: argparse.Namespace):
         sbatch=args.sbatch,
         job_name=args.job_name,
         pretrain_gpus=args.gpus_per_job,
+        pretrain_ranks=args.ranks_per_job,
         finetune_gpus=args.finetune_gpus,
         cpus_per_job=args.cpus_per_job,
         mem_gb=args.mem_gb,

@@ -51,6 +51,8 @@ class SlurmOptions:
     """The jobs' name prefix: NAME-pretrain-SETTING, NAME-glue-TASK (squeue's NAME column)."""
     pretrain_gpus: int = 1
     """GPUs of one pretraining job (ranks of one torchrun-style DDP run on one node); 0 on a CPU cluster."""
+    pretrain_ranks: int = 0
+    """Processes (DDP ranks, SLURM tasks) of one pretraining job; 0: one per GPU, or one without GPUs."""
     finetune_gpus: int = 1
     """GPUs of one fine-tuning job (0 or 1)."""
     cpus_per_job: int = 4
@@ -63,11 +65,13 @@ class SlurmOptions:
 
 def check_options(o: SlurmOptions) -> None:
     """Refuse options no job can run with, before anything is submitted; the submitit package must be there."""
-    if o.time_minutes < 1 or o.cpus_per_job < 1 or o.pretrain_gpus < 0 or o.finetune_gpus not in (0, 1):
+    if o.time_minutes < 1 or o.cpus_per_job < 1 or min(o.pretrain_gpus, o.pretrain_ranks) < 0:
         raise ValueError(
-            f"SLURM options: time_minutes and cpus_per_job must be >= 1, pretrain_gpus >= 0 and finetune_gpus 0 or "
-            f"1 (got {o.time_minutes}, {o.cpus_per_job}, {o.pretrain_gpus}, {o.finetune_gpus})"
+            f"SLURM options: time_minutes and cpus_per_job must be >= 1, pretrain_gpus and pretrain_ranks >= 0 (got "
+            f"{o.time_minutes}, {o.cpus_per_job}, {o.pretrain_gpus}, {o.pretrain_ranks})"
         )
+    if o.finetune_gpus not in (0, 1):
+        raise ValueError(f"SLURM options: finetune_gpus must be 0 or 1, got {o.finetune_gpus}")
     if o.mem_gb is not None and o.mem_gb <= 0:
         raise ValueError(f"SLURM options: mem_gb must be > 0, got {o.mem_gb}")
     for line in o.sbatch:
@@ -90,9 +94,11 @@ def sbatch_options(o: SlurmOptions) -> dict[str, str | None]:
     return extra
 
 
-def request_text(o: SlurmOptions, gpus: int) -> str:
+def request_text(o: SlurmOptions, gpus: int, tasks: int = 1) -> str:
     """What one job asks SLURM for, in words: "1 GPU, 4 CPUs, 24 h, partition gpu"."""
     parts = [plural(gpus, "GPU")] if gpus else []
+    if tasks > 1:
+        parts.append(plural(tasks, "process", "processes"))
     parts.append(plural(o.cpus_per_job, "CPU"))
     if o.mem_gb is not None:
         parts.append(f"{o.mem_gb:g} GB")
@@ -101,10 +107,16 @@ def request_text(o: SlurmOptions, gpus: int) -> str:
     return ", ".join([*parts, *o.sbatch])
 
 
+def pretrain_tasks(o: SlurmOptions) -> int:
+    """The processes of one pretraining job: as asked, else one per GPU (one without GPUs)."""
+    return o.pretrain_ranks or max(1, o.pretrain_gpus)
+
+
 def plan_line(o: SlurmOptions) -> str:
     """Where a study's phases run on SLURM, for its printed plan."""
     return (
-        f"   on SLURM: each pretraining one job ({request_text(o, o.pretrain_gpus)}), each fine-tuning run one "
+        f"   on SLURM: each pretraining one job ({request_text(o, o.pretrain_gpus, pretrain_tasks(o))}), each "
+        f"fine-tuning run one "
         f"element of a job array ({request_text(o, o.finetune_gpus)}); the times above are this machine's"
     )
 
@@ -193,9 +205,9 @@ class JobBook:
         write_json(self.path, self.jobs)
 
 
-def make_executor(folder: Path, o: SlurmOptions, gpus: int, name: str):
-    """A submitit SlurmExecutor for jobs named `name` of `gpus` GPUs on one node, one task (process) per GPU, with
-    the options in `o`."""
+def make_executor(folder: Path, o: SlurmOptions, gpus: int, name: str, tasks: int = 1):
+    """A submitit SlurmExecutor for jobs named `name` of `gpus` GPUs and `tasks` processes on one node, with the
+    options in `o`."""
     import submitit
 
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=10)
@@ -204,7 +216,7 @@ def make_executor(folder: Path, o: SlurmOptions, gpus: int, name: str):
         job_name=name,
         time=o.time_minutes,
         cpus_per_task=o.cpus_per_job,
-        ntasks_per_node=max(1, gpus),
+        ntasks_per_node=tasks,
         nodes=1,
         setup=threads,
         additional_parameters=sbatch_options(o),
@@ -243,6 +255,7 @@ def run_jobs(
     gpus: int,
     name: str,
     on_done: Callable[[Job], None] | None = None,
+    tasks: int = 1,
 ) -> list[JobFailure]:
     """Do every job in `jobs` not done yet on SLURM: follow the ones jobs.json says are still queued or running,
     submit the others (one job array named `name`), and wait until each has left the queue; `on_done(job)` as
@@ -257,7 +270,7 @@ def run_jobs(
         print(f"following {plural(len(following), 'job')} already queued or running: {', '.join(following.values())}")
     submit = [j for j in todo if j.key not in following]
     if submit:
-        ex = make_executor(folder, o, gpus, name)
+        ex = make_executor(folder, o, gpus, name, tasks)
         with ex.batch():
             handles = [ex.submit(Resumable(j.fn, *j.args)) for j in submit]
         ids = {j.key: h.job_id for j, h in zip(submit, handles, strict=True)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -162,3 +163,64 @@ def test_a_study_on_slurm_ends_with_the_local_studys_weights_and_results(slurm, 
         glue_b = json.loads((cluster / "runs" / name / "glue" / "results.json").read_text())
         assert without_seconds(glue_a) == without_seconds(glue_b), name
     assert (cluster / "report" / "report.md").exists()
+
+
+def test_a_pretraining_job_warned_by_slurm_saves_is_requeued_and_ends_as_if_never_stopped(slurm, tmp_path):
+    """SLURM's warning before a time limit or a preemption (SIGUSR2, what `scancel --signal=USR2` sends): the run
+    saves a checkpoint and stops, submitit requeues the job, and the requeued job resumes from the checkpoint; the
+    weights equal an uninterrupted local run's."""
+    from electra.study.run import run_study
+    from electra.utils.slurm import SlurmOptions
+    from tests.study.test_study import spec
+
+    tasks = str(write_synthetic_tasks(tmp_path / "tasks")[0])
+    options = SlurmOptions(pretrain_gpus=0, finetune_gpus=0, cpus_per_job=1, poll_seconds=0.5)
+    one = dict(vary=[], settings=["electra:"], budget="steps=300", tasks=tasks)
+    cluster = tmp_path / "cluster"
+    study = threading.Thread(target=run_study, args=(spec(cluster, **one, executor="slurm", slurm=options),))
+    study.start()
+    run = cluster / "runs" / "electra" / "pretrain"
+
+    def saved_and_running() -> bool:
+        meta = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
+        return meta.get("step", 0) >= 8 and (cluster / "slurm" / "jobs.json").exists()
+
+    wait_for(saved_and_running, 180, "a pretraining job past its first checkpoints")
+    job = job_ids(cluster)["pretrain/electra"]
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+
+    def state() -> str:
+        return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+    wait_for(lambda: state() == "PENDING", 120, "the job requeued")
+    # SLURM holds a requeued batch job for about two minutes before it may start again: release it now
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+    study.join(timeout=600)
+    assert not study.is_alive()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["step"] == 300 and len(meta["sessions"]) == 2, meta["sessions"]  # stopped once, then resumed
+    assert json.loads((run / "run.json").read_text())["sessions"][1]["start_step"] > 0
+    assert job_ids(cluster)["pretrain/electra"] == job  # requeued under its id, not submitted again
+    local = tmp_path / "local"
+    run_study(spec(local, **one))
+    a = load_file(list_checkpoints(local / "runs" / "electra" / "pretrain")[-1] / "model.safetensors")
+    b = load_file(list_checkpoints(run)[-1] / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_pretraining_job_of_two_ranks_runs_as_two_slurm_tasks(slurm, tmp_path):
+    """`--ranks-per-job 2` on CPU: one job, two SLURM tasks, one gloo DDP rank each (submitit gives them torchrun's
+    rendezvous variables); the run trains with world size 2 to its last step."""
+    from electra.study.run import run_study
+    from electra.utils.slurm import SlurmOptions
+    from tests.study.test_study import spec
+
+    tasks = str(write_synthetic_tasks(tmp_path / "tasks")[0])
+    options = SlurmOptions(pretrain_gpus=0, pretrain_ranks=2, finetune_gpus=0, cpus_per_job=1, poll_seconds=0.5)
+    out = tmp_path / "study"
+    run_study(
+        spec(out, vary=[], settings=["electra:"], budget="steps=24", tasks=tasks, executor="slurm", slurm=options)
+    )
+    meta = json.loads((out / "runs" / "electra" / "pretrain" / "run.json").read_text())
+    assert meta["step"] == 24 and [s["world_size"] for s in meta["sessions"]] == [2]
+    assert json.loads((out / "runs" / "electra" / "glue" / "results.json").read_text())["tasks"]
