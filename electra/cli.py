@@ -8,6 +8,7 @@ values and calls the library function that does the work. Only the chosen comman
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import logging
@@ -15,6 +16,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from electra.utils.errors import RankFailedError
@@ -366,6 +368,23 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     _add_executor(p)
 
 
+SLURM_FLAGS = {
+    "partition": "partition",
+    "time_minutes": "time_minutes",
+    "account": "account",
+    "qos": "qos",
+    "sbatch": "sbatch",
+    "job_name": "job_name",
+    "gpus_per_job": "pretrain_gpus",
+    "ranks_per_job": "pretrain_ranks",
+    "finetune_gpus": "finetune_gpus",
+    "cpus_per_job": "cpus_per_job",
+    "mem_gb": "mem_gb",
+    "poll_seconds": "poll_seconds",
+}
+"""--executor slurm's flags (dest) and the SlurmOptions field each sets."""
+
+
 def _add_executor(p: argparse.ArgumentParser) -> None:
     """--executor and the SLURM options (electra/utils/slurm.py SlurmOptions), shared by glue and study."""
     from electra.utils.slurm import EXECUTORS, SlurmOptions
@@ -373,37 +392,40 @@ def _add_executor(p: argparse.ArgumentParser) -> None:
     d = SlurmOptions()
     x = p.add_argument_group("where runs run (--executor slurm: SLURM jobs through submitit, docs/cluster.md)")
     x.add_argument("--executor", choices=EXECUTORS, default="local", help="local (default) or slurm")
+    x.add_argument(
+        "--slurm-config", default=None, metavar="FILE.yaml", help="SLURM options as YAML (the flags below win)"
+    )
     x.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
-    x.add_argument("--time-minutes", type=int, default=d.time_minutes, help="time limit of one job")
+    x.add_argument("--time-minutes", type=int, default=None, help=f"time limit of one job (default {d.time_minutes})")
     x.add_argument("--account", default=None, help="SLURM account")
     x.add_argument("--qos", default=None, help="SLURM quality of service")
-    x.add_argument("--sbatch", action="append", default=[], metavar="--OPTION[=VALUE]", help="more sbatch options")
-    x.add_argument("--job-name", default=d.job_name, help="the jobs' name prefix")
-    x.add_argument("--gpus-per-job", type=int, default=d.pretrain_gpus, help="GPUs of a pretraining job (DDP ranks)")
-    x.add_argument("--ranks-per-job", type=int, default=0, help="processes of a pretraining job (0: one per GPU)")
-    x.add_argument("--finetune-gpus", type=int, default=d.finetune_gpus, help="GPUs of a fine-tuning job (0 or 1)")
-    x.add_argument("--cpus-per-job", type=int, default=d.cpus_per_job, help="CPU cores (and CPU threads) of a job")
+    x.add_argument("--sbatch", action="append", default=None, metavar="--OPTION[=VALUE]", help="more sbatch options")
+    x.add_argument("--job-name", default=None, help=f"the jobs' name prefix (default {d.job_name})")
+    gpus = f"GPUs of a pretraining job, one DDP rank each (default {d.pretrain_gpus})"
+    x.add_argument("--gpus-per-job", type=int, default=None, help=gpus)
+    x.add_argument("--ranks-per-job", type=int, default=None, help="processes of a pretraining job (0: one per GPU)")
+    x.add_argument("--finetune-gpus", type=int, default=None, help="GPUs of a fine-tuning job, 0 or 1 (default 1)")
+    cpus = f"CPU cores (and CPU threads) of a job (default {d.cpus_per_job})"
+    x.add_argument("--cpus-per-job", type=int, default=None, help=cpus)
     x.add_argument("--mem-gb", type=float, default=None, help="memory of a job")
-    x.add_argument("--poll-seconds", type=float, default=d.poll_seconds, help="how often to look at the queue")
+    poll = f"how often to look at the queue (default {d.poll_seconds:g} s)"
+    x.add_argument("--poll-seconds", type=float, default=None, help=poll)
 
 
 def _slurm_options(args: argparse.Namespace):
+    """SlurmOptions: the defaults, then --slurm-config's YAML (strict: an unknown key or a wrong type is refused,
+    naming the file), then the flags given."""
+    from electra.config import ConfigError, merge, read_yaml
     from electra.utils.slurm import SlurmOptions
 
-    return SlurmOptions(
-        partition=args.partition,
-        time_minutes=args.time_minutes,
-        account=args.account,
-        qos=args.qos,
-        sbatch=args.sbatch,
-        job_name=args.job_name,
-        pretrain_gpus=args.gpus_per_job,
-        pretrain_ranks=args.ranks_per_job,
-        finetune_gpus=args.finetune_gpus,
-        cpus_per_job=args.cpus_per_job,
-        mem_gb=args.mem_gb,
-        poll_seconds=args.poll_seconds,
-    )
+    options = SlurmOptions()
+    if args.slurm_config:
+        raw = read_yaml(Path(args.slurm_config))
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{args.slurm_config}: expected a mapping of SLURM options (partition: gpu, ...)")
+        options = merge(options, raw, source=args.slurm_config)
+    given = {key: getattr(args, dest) for dest, key in SLURM_FLAGS.items() if getattr(args, dest) is not None}
+    return dataclasses.replace(options, **given)
 
 
 def _parse_seeds(text: str) -> list[int]:
