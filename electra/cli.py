@@ -380,6 +380,8 @@ SLURM_FLAGS = {
     "finetune_gpus": "finetune_gpus",
     "cpus_per_job": "cpus_per_job",
     "mem_gb": "mem_gb",
+    "finetune_cpus": "finetune_cpus",
+    "finetune_mem_gb": "finetune_mem_gb",
     "poll_seconds": "poll_seconds",
 }
 """--executor slurm's flags (dest) and the SlurmOptions field each sets."""
@@ -408,6 +410,10 @@ def _add_executor(p: argparse.ArgumentParser) -> None:
     cpus = f"CPU cores (and CPU threads) of a job (default {d.cpus_per_job})"
     x.add_argument("--cpus-per-job", type=int, default=None, help=cpus)
     x.add_argument("--mem-gb", type=float, default=None, help="memory of a job")
+    x.add_argument("--finetune-cpus", type=int, default=None, help="CPU cores of a fine-tuning job (default: as above)")
+    x.add_argument(
+        "--finetune-mem-gb", type=float, default=None, help="memory of a fine-tuning job (default: as above)"
+    )
     poll = f"how often to look at the queue (default {d.poll_seconds:g} s)"
     x.add_argument("--poll-seconds", type=float, default=None, help=poll)
 

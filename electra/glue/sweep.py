@@ -560,9 +560,7 @@ def on_slurm(spec: SweepSpec, pending: list[tuple[str, int]], on_runs: Callable[
         for task, seed in pending
     ]
     name = f"{spec.slurm.job_name}-glue-{out.resolve().name}"
-    failures = run_jobs(
-        jobs, out / "slurm", spec.slurm, spec.slurm.finetune_gpus, name, lambda _: on_runs(1) if on_runs else None
-    )
+    failures = run_jobs(jobs, out / "slurm", spec.slurm, "finetune", name, lambda _: on_runs(1) if on_runs else None)
     if failures:
         raise JobsFailed(failures)
 

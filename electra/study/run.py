@@ -53,7 +53,7 @@ from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
 from electra.utils.processes import stop_with_parent, usable_cpus
-from electra.utils.slurm import EXECUTORS, Job, JobsFailed, check_options, plan_line, pretrain_tasks, run_jobs
+from electra.utils.slurm import EXECUTORS, Job, JobsFailed, check_options, plan_line, run_jobs
 from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.study")
@@ -234,7 +234,7 @@ def pretrain_on_slurm(spec: StudySpec, todo: list[tuple[Setting, Path]]) -> None
     o = spec.slurm
     print(f"== pretraining {plural(len(todo), 'setting')} on SLURM, one job each", flush=True)
     name = f"{o.job_name}-pretrain-{Path(spec.out).resolve().name}"
-    failures = run_jobs(jobs, Path(spec.out) / "slurm", o, o.pretrain_gpus, name, tasks=pretrain_tasks(o))
+    failures = run_jobs(jobs, Path(spec.out) / "slurm", o, "pretrain", name)
     if failures:
         raise JobsFailed(failures)
 

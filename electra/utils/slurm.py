@@ -56,9 +56,13 @@ class SlurmOptions:
     finetune_gpus: int = 1
     """GPUs of one fine-tuning job (0 or 1)."""
     cpus_per_job: int = 4
-    """CPU cores of one job; on a CPU-only job also its torch threads (OMP_NUM_THREADS), pinned alike in every job
-    so that runs compute the same numbers wherever they land."""
+    """CPU cores of one job (per process); on a CPU-only job also its torch threads (OMP_NUM_THREADS), pinned alike
+    in every job so that runs compute the same numbers wherever they land."""
     mem_gb: float | None = None
+    finetune_cpus: int | None = None
+    """CPU cores of one fine-tuning job; None: cpus_per_job."""
+    finetune_mem_gb: float | None = None
+    """Memory of one fine-tuning job; None: mem_gb."""
     poll_seconds: float = 15.0
     """How often the waiting process looks at the queue and the output folder."""
 
@@ -72,8 +76,9 @@ def check_options(o: SlurmOptions) -> None:
         )
     if o.finetune_gpus not in (0, 1):
         raise ValueError(f"SLURM options: finetune_gpus must be 0 or 1, got {o.finetune_gpus}")
-    if o.mem_gb is not None and o.mem_gb <= 0:
-        raise ValueError(f"SLURM options: mem_gb must be > 0, got {o.mem_gb}")
+    for key in ("mem_gb", "finetune_mem_gb", "finetune_cpus"):
+        if getattr(o, key) is not None and getattr(o, key) <= 0:
+            raise ValueError(f"SLURM options: {key} must be > 0, got {getattr(o, key)}")
     for line in o.sbatch:
         if not re.fullmatch(r"--[a-z][a-z0-9-]*(=\S.*)?", line.strip()):
             raise ValueError(f"SLURM option {line!r}: expected an sbatch option such as --constraint=a100")
@@ -94,30 +99,43 @@ def sbatch_options(o: SlurmOptions) -> dict[str, str | None]:
     return extra
 
 
-def request_text(o: SlurmOptions, gpus: int, tasks: int = 1) -> str:
-    """What one job asks SLURM for, in words: "1 GPU, 4 CPUs, 24 h, partition gpu"."""
-    parts = [plural(gpus, "GPU")] if gpus else []
-    if tasks > 1:
-        parts.append(plural(tasks, "process", "processes"))
-    parts.append(plural(o.cpus_per_job, "CPU"))
-    if o.mem_gb is not None:
-        parts.append(f"{o.mem_gb:g} GB")
+@dataclass(frozen=True)
+class Resources:
+    """What one job of a phase asks for: GPUs, processes (SLURM tasks), CPU cores per process, memory."""
+
+    gpus: int
+    tasks: int
+    cpus: int
+    mem_gb: float | None
+
+
+def resources(o: SlurmOptions, phase: str) -> Resources:
+    """A `pretrain` or `finetune` job's Resources under the options `o`."""
+    if phase == "pretrain":
+        return Resources(o.pretrain_gpus, o.pretrain_ranks or max(1, o.pretrain_gpus), o.cpus_per_job, o.mem_gb)
+    mem = o.finetune_mem_gb if o.finetune_mem_gb is not None else o.mem_gb
+    return Resources(o.finetune_gpus, 1, o.finetune_cpus or o.cpus_per_job, mem)
+
+
+def request_text(o: SlurmOptions, phase: str) -> str:
+    """What one job of `phase` asks SLURM for, in words: "1 GPU, 4 CPUs, 24 h, partition gpu"."""
+    r = resources(o, phase)
+    parts = [plural(r.gpus, "GPU")] if r.gpus else []
+    if r.tasks > 1:
+        parts.append(plural(r.tasks, "process", "processes"))
+    parts.append(plural(r.cpus, "CPU") + (" each" if r.tasks > 1 else ""))
+    if r.mem_gb is not None:
+        parts.append(f"{r.mem_gb:g} GB")
     parts.append(f"{o.time_minutes // 60} h" if o.time_minutes % 60 == 0 else f"{o.time_minutes} min")
     parts += [f"{key} {getattr(o, key)}" for key in ("partition", "account", "qos") if getattr(o, key) is not None]
     return ", ".join([*parts, *o.sbatch])
 
 
-def pretrain_tasks(o: SlurmOptions) -> int:
-    """The processes of one pretraining job: as asked, else one per GPU (one without GPUs)."""
-    return o.pretrain_ranks or max(1, o.pretrain_gpus)
-
-
 def plan_line(o: SlurmOptions) -> str:
     """Where a study's phases run on SLURM, for its printed plan."""
     return (
-        f"   on SLURM: each pretraining one job ({request_text(o, o.pretrain_gpus, pretrain_tasks(o))}), each "
-        f"fine-tuning run one "
-        f"element of a job array ({request_text(o, o.finetune_gpus)}); the times above are this machine's"
+        f"   on SLURM: each pretraining one job ({request_text(o, 'pretrain')}), each fine-tuning run one "
+        f"element of a job array ({request_text(o, 'finetune')}); the times above are this machine's"
     )
 
 
@@ -205,29 +223,30 @@ class JobBook:
         write_json(self.path, self.jobs)
 
 
-def make_executor(folder: Path, o: SlurmOptions, gpus: int, name: str, tasks: int = 1):
-    """A submitit SlurmExecutor for jobs named `name` of `gpus` GPUs and `tasks` processes on one node, with the
+def make_executor(folder: Path, o: SlurmOptions, phase: str, name: str):
+    """A submitit SlurmExecutor for the `phase` jobs (pretrain, finetune) named `name`, on one node each, with the
     options in `o`."""
     import submitit
 
+    r = resources(o, phase)
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=10)
-    threads = [] if gpus else [f"export OMP_NUM_THREADS={o.cpus_per_job}"]
+    threads = [] if r.gpus else [f"export OMP_NUM_THREADS={r.cpus}"]
     params = dict(
         job_name=name,
         time=o.time_minutes,
-        cpus_per_task=o.cpus_per_job,
-        ntasks_per_node=tasks,
+        cpus_per_task=r.cpus,
+        ntasks_per_node=r.tasks,
         nodes=1,
         setup=threads,
         additional_parameters=sbatch_options(o),
     )
-    if gpus:
-        params["gpus_per_node"] = gpus
+    if r.gpus:
+        params["gpus_per_node"] = r.gpus
     for key in ("partition", "account", "qos"):
         if getattr(o, key) is not None:
             params[key] = getattr(o, key)
-    if o.mem_gb is not None:
-        params["mem"] = f"{int(o.mem_gb * 1024)}M"
+    if r.mem_gb is not None:
+        params["mem"] = f"{int(r.mem_gb * 1024)}M"
     ex.update_parameters(**params)
     return ex
 
@@ -252,14 +271,14 @@ def run_jobs(
     jobs: Sequence[Job],
     folder: Path,
     o: SlurmOptions,
-    gpus: int,
+    phase: str,
     name: str,
     on_done: Callable[[Job], None] | None = None,
-    tasks: int = 1,
 ) -> list[JobFailure]:
-    """Do every job in `jobs` not done yet on SLURM: follow the ones jobs.json says are still queued or running,
-    submit the others (one job array named `name`), and wait until each has left the queue; `on_done(job)` as
-    each finishes. Returns the jobs that left the queue without their results (their error lines are logged)."""
+    """Do every job in `jobs` (of `phase`: pretrain, finetune) not done yet on SLURM: follow the ones jobs.json
+    says are still queued or running, submit the others (one job array named `name`), and wait until each has left
+    the queue; `on_done(job)` as each finishes. Returns the jobs that left the queue without their results (their
+    error lines are logged)."""
     book = JobBook(folder)
     todo = [j for j in jobs if not j.done()]
     if not todo:
@@ -270,7 +289,7 @@ def run_jobs(
         print(f"following {plural(len(following), 'job')} already queued or running: {', '.join(following.values())}")
     submit = [j for j in todo if j.key not in following]
     if submit:
-        ex = make_executor(folder, o, gpus, name, tasks)
+        ex = make_executor(folder, o, phase, name)
         with ex.batch():
             handles = [ex.submit(Resumable(j.fn, *j.args)) for j in submit]
         ids = {j.key: h.job_id for j, h in zip(submit, handles, strict=True)}

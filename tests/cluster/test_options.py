@@ -9,7 +9,15 @@ import pytest
 
 from electra.cli import _add_executor, _slurm_options
 from electra.config import ConfigError
-from electra.utils.slurm import SlurmOptions, check_options, error_line, plan_line, sbatch_options
+from electra.utils.slurm import (
+    Resources,
+    SlurmOptions,
+    check_options,
+    error_line,
+    plan_line,
+    resources,
+    sbatch_options,
+)
 
 
 def parsed(*argv: str) -> SlurmOptions:
@@ -39,13 +47,18 @@ def test_yaml_then_flags_and_a_bad_file_named(tmp_path):
 
 
 def test_what_each_job_asks_for():
-    o = SlurmOptions(partition="gpu", account="lab", sbatch=["--constraint=a100", "--exclusive"], pretrain_gpus=4)
+    o = SlurmOptions(
+        partition="gpu", account="lab", sbatch=["--constraint=a100", "--exclusive"], pretrain_gpus=4, mem_gb=64,
+        finetune_cpus=2, finetune_mem_gb=16,
+    )  # fmt: skip
     assert sbatch_options(o) == {"constraint": "a100", "exclusive": None}
     assert plan_line(o) == (
-        "   on SLURM: each pretraining one job (4 GPUs, 4 processes, 4 CPUs, 24 h, partition gpu, account lab, "
-        "--constraint=a100, --exclusive), each fine-tuning run one element of a job array (1 GPU, 4 CPUs, 24 h, "
-        "partition gpu, account lab, --constraint=a100, --exclusive); the times above are this machine's"
+        "   on SLURM: each pretraining one job (4 GPUs, 4 processes, 4 CPUs each, 64 GB, 24 h, partition gpu, "
+        "account lab, --constraint=a100, --exclusive), each fine-tuning run one element of a job array (1 GPU, "
+        "2 CPUs, 16 GB, 24 h, partition gpu, account lab, --constraint=a100, --exclusive); the times above are this "
+        "machine's"
     )
+    assert resources(SlurmOptions(pretrain_gpus=0, pretrain_ranks=2), "pretrain") == Resources(0, 2, 4, None)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +68,7 @@ def test_what_each_job_asks_for():
         ({"pretrain_ranks": -1}, "pretrain_gpus and pretrain_ranks >= 0"),
         ({"finetune_gpus": 2}, "finetune_gpus must be 0 or 1, got 2"),
         ({"mem_gb": 0.0}, "mem_gb must be > 0, got 0.0"),
+        ({"finetune_cpus": 0}, "finetune_cpus must be > 0, got 0"),
         ({"sbatch": ["constraint=a100"]}, "SLURM option 'constraint=a100': expected an sbatch option"),
     ],
 )
