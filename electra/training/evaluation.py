@@ -23,7 +23,7 @@ from electra.data.tokenizer import TokenizerInfo
 from electra.modeling.electra import STAT_NAMES, ElectraForPretraining, MaskedLMForPretraining, metrics_from_stats
 from electra.training.batches import batch_to_device, masked_batch
 from electra.training.checkpoint import RunMeta
-from electra.training.health import COLLAPSE_HINT, is_collapsed, states_collapsed
+from electra.training.health import COLLAPSE_HINT, COLLAPSE_RANK, is_collapsed, states_collapsed
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
 
@@ -211,7 +211,7 @@ def watch_collapse(
                 metrics["disc_auc"],
                 meta.collapse_streak,
             )
-            flat = states_collapsed(meta_evals(run_dir))
+            flat, rank = states_collapsed(meta_evals(run_dir)), metrics.get("disc_effective_rank")
             if flat is not None:
                 log.warning(
                     "its last-layer token states collapsed to effective rank %.1f by step %d (one answer for every "
@@ -219,6 +219,13 @@ def watch_collapse(
                     flat[1],
                     flat[0],
                     COLLAPSE_HINT,
+                )
+            elif rank is not None and rank > COLLAPSE_RANK:  # e.g. the cpu preset at 4 x 128, steps 500-1000
+                log.warning(
+                    "its last-layer token states are still spread (effective rank %.1f; a collapse is %g or less): "
+                    "it may be learning slowly rather than collapsed, so look again at later evaluations",
+                    rank,
+                    COLLAPSE_RANK,
                 )
             meta.collapse_first_step = meta.collapse_first_step or step
         meta.collapsed = True

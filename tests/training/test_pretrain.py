@@ -15,7 +15,7 @@ from electra.config import load_config
 from electra.data.pretraining_data import PretrainingData
 from electra.training import loop
 from electra.training.checkpoint import CheckpointError, list_checkpoints
-from electra.training.health import is_collapsed
+from electra.training.health import COLLAPSE_RANK, is_collapsed
 from electra.training.loop import pretrain
 from electra.training.step import NonFiniteError
 from electra.utils.machine import cpu_model
@@ -178,7 +178,7 @@ class IidTokens:
         return {"input_ids": ids, "attention_mask": ones, "token_type_ids": np.zeros_like(ids)}
 
 
-def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path):
+def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path, caplog):
     data = PretrainingData(train=IidTokens(0), eval=IidTokens(1), tokens=token_info(vocab_size=64))
     cfg = load_config(
         "tiny",
@@ -191,11 +191,15 @@ def test_collapse_is_flagged_when_the_discriminator_cannot_tell(tmp_path):
             "train.eval_batches=2",
         ],
     )
-    meta = pretrain(cfg, tmp_path / "run", data=data)
+    with caplog.at_level("WARNING", logger="electra"):
+        meta = pretrain(cfg, tmp_path / "run", data=data)
     assert meta.collapsed and meta.collapse_first_step == 9 and meta.step == 9  # stopped at the flag
     assert json.loads((tmp_path / "run" / "run.json").read_text())["collapsed"] is True
     evals = [m for m in metrics(tmp_path / "run") if "eval_disc_auc" in m]
     assert all(is_collapsed({k[5:]: m[k] for k in ("eval_disc_recall", "eval_disc_auc")}) for m in evals)
+    # random tokens: nothing to detect, yet the states are not one vector; the warning says which it is
+    rank = evals[-1]["eval_disc_effective_rank"]
+    assert rank > COLLAPSE_RANK and f"still spread (effective rank {rank:.1f}" in caplog.text, caplog.text
 
 
 def test_the_collapse_level_is_a_discriminator_that_separates_nothing_not_one_that_calls_everything_original():
