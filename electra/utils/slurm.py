@@ -177,21 +177,14 @@ class JobsFailed(RuntimeError):
         )
 
 
-def queued_jobs() -> dict[str, str]:
-    """{job id: state} of this user's jobs that SLURM still holds (pending, running, being requeued...), one per
-    array element ("123_4")."""
+def queued_jobs() -> set[str]:
+    """The ids of this user's jobs that SLURM still holds (pending, running, being requeued...), one per array
+    element ("123_4")."""
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
-    out = subprocess.run(
-        ["squeue", "-h", "-r", "-u", user, "-o", "%i|%T"], capture_output=True, text=True, check=False, timeout=120
-    )
+    out = subprocess.run(["squeue", "-h", "-r", "-u", user, "-o", "%i"], capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"squeue failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
-    jobs = {}
-    for line in out.stdout.splitlines():
-        job_id, _, state = line.strip().partition("|")
-        if job_id and state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            jobs[job_id] = state
-    return jobs
+    return set(out.stdout.split())
 
 
 def error_line(stderr: Path) -> str:
@@ -279,6 +272,8 @@ def run_jobs(
     says are still queued or running, submit the others (one job array named `name`), and wait until each has left
     the queue; `on_done(job)` as each finishes. Returns the jobs that left the queue without their results (their
     error lines are logged)."""
+    from submitit.core.utils import JobPaths
+
     book = JobBook(folder)
     todo = [j for j in jobs if not j.done()]
     if not todo:
@@ -313,12 +308,8 @@ def run_jobs(
                     gone_once.add(key)
                     continue
                 del following[key]
-                stderr = _stderr_path(folder, job_id)
+                stderr = JobPaths(folder, job_id, task_id=0).stderr  # submitit's name for the job's log
                 failure = JobFailure(key, job_id, error_line(stderr), stderr)
                 log.error("%s", failure.line())
                 failures.append(failure)
     return failures
-
-
-def _stderr_path(folder: Path, job_id: str) -> Path:
-    return folder / f"{job_id}_0_log.err"
