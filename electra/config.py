@@ -180,6 +180,10 @@ class TrainConfig:
     optimizer: Literal["adam", "adamw"] = "adam"
     """adam: Adam without bias correction (OFF); adamw: AdamW with bias correction (the study)."""
     lr: float = 5e-4
+    lr_width: int | None = None
+    """With it, `lr` is the peak learning rate up to this hidden size, and above it the peak falls as one over the
+    width: lr * lr_width / model.hidden_size (electra.training.optim.peak_lr). The `cpu` preset: 1e-3 up to 128
+    wide, 5e-4 at 256, OFF's ELECTRA-Small value at its width. None: `lr` at any width (OFF)."""
     generator_lr_scale: float = 1.0
     """The generator's parameters train at lr times this (the shared embeddings at lr); 1 as OFF."""
     schedule: Literal["original", "study"] = "original"
@@ -534,6 +538,7 @@ def _range_rules(cfg: PretrainConfig) -> list[tuple[str, Any, bool, str]]:
         ),
         ("train.max_memory_gb", t.max_memory_gb, t.max_memory_gb is None or _positive(t.max_memory_gb), "> 0 or null"),
         ("train.lr", t.lr, _positive(t.lr), "> 0"),
+        ("train.lr_width", t.lr_width, t.lr_width is None or t.lr_width >= 1, ">= 1 (or null)"),
         ("train.generator_lr_scale", t.generator_lr_scale, _positive(t.generator_lr_scale), "> 0"),
         ("train.warmup_steps", t.warmup_steps, t.warmup_steps >= 0, ">= 0"),
         ("train.weight_decay", t.weight_decay, t.weight_decay >= 0 and math.isfinite(t.weight_decay), ">= 0"),

@@ -272,7 +272,7 @@ def main() -> None:
             for step in range(t.max_steps + 1):
                 if step in wanted:
                     rng = torch.get_rng_state()
-                    row = {"step": step, "lr": learning_rate(step, t)}
+                    row = {"step": step, "lr": learning_rate(step, cfg)}
                     row["probe"] = probe_heldout(run.raw_model, batch, masked, log_freq, run.special)
                     row["grads"] = probe_gradients(run, step)
                     row["seconds"] = round(time.perf_counter() - start, 1)
@@ -284,7 +284,7 @@ def main() -> None:
                     f.flush()
                 if step == t.max_steps:
                     break
-                set_learning_rate(run.optimizer, learning_rate(step, t))
+                set_learning_rate(run.optimizer, learning_rate(step, cfg))
                 if cfg.objective.temperature_start is not None:
                     run.raw_model.set_temperature(temperature_at(step, cfg.objective))
                 batches, m = step_batches(run, step)

@@ -226,7 +226,7 @@ def check(args) -> None:
                 g = g.gather(1, m0.positions[..., None].expand(-1, -1, g.shape[-1])) - forward(models, b1, m1)["logits"]
                 print(f"eval-mode max |diff|: disc logits {d.abs().max():.2e}, generator logits {g.abs().max():.2e}")
             models.train(), run.raw_model.train()
-        set_learning_rate(run.optimizer, learning_rate(step, cfg.train))
+        set_learning_rate(run.optimizer, learning_rate(step, cfg))
         ours = our_step(run.model, run.optimizer, run.scaler, params, [b0], [m0], 1, run.autocast, 1.0)
         o = train_step(models, opt, b1, m1, step, cfg)
         mine = (o["mlm"] + 50 * o["bce"]).item()

@@ -93,6 +93,8 @@ class RunMeta:
     """Whether fp32 matmuls ran in TF32 this session (train.tf32, on CUDA >= 8.0 only); None: not recorded."""
     compiled: bool = False
     """Whether this session ran the step under torch.compile."""
+    peak_lr: float | None = None
+    """The schedule's peak learning rate: train.lr, or less above train.lr_width (electra.training.optim.peak_lr)."""
     peak_memory_gb: float | None = None
     """This session's peak so far (GiB). CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak resident
     memory (getrusage ru_maxrss), which includes the interpreter, libraries and data (~0.5 GiB) ..."""

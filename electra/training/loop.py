@@ -45,7 +45,7 @@ from electra.training.batches import host_batch, masked_batch, to_device
 from electra.training.checkpoint import RunMeta
 from electra.training.evaluation import watch_collapse
 from electra.training.memory import estimate_peak_bytes, process_peak_bytes
-from electra.training.optim import build_optimizer, learning_rate, set_learning_rate
+from electra.training.optim import build_optimizer, learning_rate, peak_lr, set_learning_rate
 from electra.training.precision import (
     Precision,
     autocast_for,
@@ -233,7 +233,7 @@ def _build_run(
 
     torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
     raw_model = build_model(cfg).to(dev)
-    optimizer = build_optimizer(raw_model, t, dev)
+    optimizer = build_optimizer(raw_model, cfg, dev)
     scaler = torch.amp.GradScaler(dev.type, enabled=precision.name == "fp16")
     digests = corpus_digests(cfg.data.path)
     meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world, data_digests=digests), None
@@ -260,7 +260,15 @@ def _build_run(
         if rank == 0:
             log.info("threads %d per process (%s)", threads, why)
     meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
-    meta.tf32 = tf32
+    meta.tf32, meta.peak_lr = tf32, peak_lr(cfg)
+    if rank == 0 and meta.peak_lr != t.lr:
+        log.info(
+            "peak learning rate %.3g: train.lr %.3g x %d / %d wide (train.lr_width)",
+            meta.peak_lr,
+            t.lr,
+            t.lr_width,
+            cfg.model.hidden_size,
+        )
     meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
     meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
     meta.peak_memory_gb = None  # this session's, set at its first save
@@ -460,7 +468,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     data_error, last = None, None  # this rank's failure to read its batches; the last batches it read
     try:
         for step in range(meta.step, t.max_steps):
-            lr = learning_rate(step, t)
+            lr = learning_rate(step, cfg)
             set_learning_rate(run.optimizer, lr)
             set_sampling_schedules(run, step)
             if data_error is None:

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from electra.config import TrainConfig
+from electra.config import PretrainConfig
 
 NO_DECAY = ("LayerNorm", "layer_norm", "bias")  # OFF optimization.py exclude_from_weight_decay
 
@@ -89,15 +89,17 @@ class AdamNoBiasCorrection(torch.optim.AdamW):
                         state[moment] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay, cfg.generator_lr_scale)
-    betas = (cfg.beta1, cfg.beta2)
+def build_optimizer(model: nn.Module, cfg: PretrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """The recipe's optimizer at the schedule's peak (the loop sets each step's rate: set_learning_rate)."""
+    t, lr = cfg.train, peak_lr(cfg)
+    groups = param_groups(model, t.weight_decay, t.generator_lr_scale)
+    betas = (t.beta1, t.beta2)
     # Fused on CPU and CUDA: one kernel for all tensors, and an update that can be skipped without a host sync.
     fused = device.type in ("cpu", "cuda")
-    if cfg.optimizer == "adam":
-        return AdamNoBiasCorrection(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, fused=fused)
+    if t.optimizer == "adam":
+        return AdamNoBiasCorrection(groups, lr=lr, betas=betas, eps=t.eps, fused=fused)
     # PyTorch's AdamW is the study's optimizer exactly (decoupled decay, bias correction).
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, fused=fused)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=t.eps, fused=fused)
 
 
 def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
@@ -146,9 +148,23 @@ def scheduled_lr(base: float, step: int, total: int, warmup: float, schedule: Li
     return base * max(0.0, (total - step) / max(1, total - warmup))
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
+def peak_lr(cfg: PretrainConfig) -> float:
+    """The schedule's peak: train.lr, divided above train.lr_width by how many times wider the model is.
+
+    One over the width, as Adam's step for a hidden matrix should shrink when its fan-in grows (Yang et al. 2022,
+    muP); it also gives OFF's ELECTRA-Small 5e-4 at 256 from the `cpu` preset's 1e-3 at 128. Measured on a CPU at
+    4 x 256: at 1e-3 the masked LM stayed on the token-frequency plateau for 4842 steps, at 5e-4 it left it by step
+    500 (docs/results.md)."""
+    t, width = cfg.train, cfg.model.hidden_size
+    if t.lr_width is None or width <= t.lr_width:
+        return t.lr
+    return t.lr * t.lr_width / width
+
+
+def learning_rate(step: int, cfg: PretrainConfig) -> float:
     """The pretraining learning rate for the update made at `step` (0-based)."""
-    return scheduled_lr(cfg.lr, step, cfg.decay_steps or cfg.max_steps, cfg.warmup_steps, cfg.schedule)
+    t = cfg.train
+    return scheduled_lr(peak_lr(cfg), step, t.decay_steps or t.max_steps, t.warmup_steps, t.schedule)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -117,11 +117,11 @@ def make_pretrain_step(
         loss_fn = hf_loss_fn(cfg, model, device, dtype)
         if compile:
             loss_fn = torch.compile(loss_fn, dynamic=False, mode=compile_mode)
-    opt = build_optimizer(model, cfg.train, device)  # the recipe's, fused, as in `electra pretrain`
+    opt = build_optimizer(model, cfg, device)  # the recipe's, fused, as in `electra pretrain`
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step(i: int) -> Tensor:
-        set_learning_rate(opt, learning_rate(i, cfg.train))
+        set_learning_rate(opt, learning_rate(i, cfg))
         if compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # a new iteration: CUDA graphs may reuse the last outputs
         example_ids = torch.arange(i * batch_size, (i + 1) * batch_size, device=device)

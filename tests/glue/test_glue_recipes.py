@@ -10,7 +10,15 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from electra.config import RECIPE_DIR, ConfigError, FinetuneConfig, TrainConfig, load_finetune_config, recipe_names
+from electra.config import (
+    RECIPE_DIR,
+    ConfigError,
+    FinetuneConfig,
+    PretrainConfig,
+    TrainConfig,
+    load_finetune_config,
+    recipe_names,
+)
 from electra.glue.finetune import train_step
 from electra.glue.heads import GlueModel
 from electra.glue.optim import build_optimizer, set_learning_rates
@@ -158,7 +166,7 @@ def test_overrides_apply_after_the_recipe(tmp_path):
 @pytest.mark.parametrize("schedule", ["original", "study"])
 def test_pretraining_and_fine_tuning_share_one_schedule(schedule):
     """Pretraining's learning rate is the shared function, bit for bit."""
-    cfg = TrainConfig(lr=5e-4, max_steps=1000, warmup_steps=100, schedule=schedule)
+    cfg = PretrainConfig(train=TrainConfig(lr=5e-4, max_steps=1000, warmup_steps=100, schedule=schedule))
     for step in [0, 1, 50, 99, 100, 101, 500, 999, 1000]:
         assert learning_rate(step, cfg) == scheduled_lr(5e-4, step, 1000, 100, schedule)
 

@@ -225,12 +225,12 @@ def test_uniform_replacements_replace_the_given_fraction_of_samples():
 def test_generator_lr_scale_multiplies_only_the_generators_learning_rate():
     cfg = load_config("tiny", ["train.generator_lr_scale=0.1"])
     model = build_model(cfg)
-    opt = build_optimizer(model, cfg.train, torch.device("cpu"))
+    opt = build_optimizer(model, cfg, torch.device("cpu"))
     set_learning_rate(opt, 1e-3)
     lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
     for name, p in model.named_parameters():
         assert lr_of[id(p)] == pytest.approx(1e-4 if name.startswith("generator.") else 1e-3), name
-    assert len(build_optimizer(model, load_config("tiny").train, torch.device("cpu")).param_groups) == 2  # as OFF
+    assert len(build_optimizer(model, load_config("tiny"), torch.device("cpu")).param_groups) == 2  # as OFF
 
 
 def test_uniform_replacement_schedule_anneals_linearly_and_the_loop_follows_it(tmp_path, monkeypatch):

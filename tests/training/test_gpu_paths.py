@@ -453,7 +453,7 @@ def test_the_bench_step_runs_at_the_schedules_learning_rate():
     for i in (0, 3, 50):
         step(i)
         opt_groups.append(step.optimizer.param_groups[0]["lr"])
-    assert opt_groups == [learning_rate(i, cfg.train) for i in (0, 3, 50)]
+    assert opt_groups == [learning_rate(i, cfg) for i in (0, 3, 50)]
 
 
 def test_the_study_times_the_step_the_run_will_execute():

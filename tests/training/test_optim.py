@@ -1,21 +1,28 @@
 """The two optimizers and two schedules against values computed by hand."""
 
 import copy
+import json
 import math
 
 import pytest
 import torch
 from torch import nn
 
-from electra.config import TrainConfig
+from electra.config import ModelConfig, PretrainConfig, TrainConfig, load_config
+from electra.training.loop import pretrain
 from electra.training.optim import (
     AdamNoBiasCorrection,
     build_optimizer,
     clip_and_step,
     learning_rate,
     param_groups,
+    peak_lr,
     step_unless,
 )
+
+
+def train_config(hidden_size: int = 256, **train) -> PretrainConfig:
+    return PretrainConfig(model=ModelConfig(hidden_size=hidden_size), train=TrainConfig(**train))
 
 
 def test_adam_without_bias_correction_two_steps_by_hand():
@@ -42,7 +49,7 @@ def test_adam_without_bias_correction_two_steps_by_hand():
 
 def test_adamw_is_the_bias_corrected_study_optimizer():
     model = nn.Linear(2, 1)
-    cfg = TrainConfig(optimizer="adamw", lr=0.1, weight_decay=0.01)
+    cfg = train_config(optimizer="adamw", lr=0.1, weight_decay=0.01)
     opt = build_optimizer(model, cfg, torch.device("cpu"))
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["eps"] == 1e-6
     w0 = model.weight.detach().clone()
@@ -65,7 +72,7 @@ def test_weight_decay_excludes_layernorm_and_biases():
 
 
 def test_original_schedule_is_linear_decay_times_warmup():
-    cfg = TrainConfig(lr=5e-4, max_steps=1_000_000, warmup_steps=10_000, schedule="original")
+    cfg = train_config(lr=5e-4, max_steps=1_000_000, warmup_steps=10_000, schedule="original")
     assert learning_rate(0, cfg) == 0.0
     assert learning_rate(5_000, cfg) == pytest.approx(5e-4 * 0.995 * 0.5)
     assert learning_rate(10_000, cfg) == pytest.approx(5e-4 * 0.99)
@@ -74,7 +81,7 @@ def test_original_schedule_is_linear_decay_times_warmup():
 
 
 def test_study_schedule_is_warmup_then_linear_decay():
-    cfg = TrainConfig(lr=5e-4, max_steps=1_000_000, warmup_steps=10_000, schedule="study")
+    cfg = train_config(lr=5e-4, max_steps=1_000_000, warmup_steps=10_000, schedule="study")
     assert learning_rate(5_000, cfg) == pytest.approx(2.5e-4)
     assert learning_rate(10_000, cfg) == pytest.approx(5e-4)
     assert learning_rate(505_000, cfg) == pytest.approx(2.5e-4)
@@ -83,8 +90,8 @@ def test_study_schedule_is_warmup_then_linear_decay():
 
 @pytest.mark.parametrize("schedule", ["original", "study"])
 def test_decay_steps_past_max_steps_runs_the_first_steps_of_the_longer_schedule(schedule):
-    short = TrainConfig(lr=1e-3, max_steps=1000, decay_steps=4000, warmup_steps=200, schedule=schedule)
-    full = TrainConfig(lr=1e-3, max_steps=4000, warmup_steps=200, schedule=schedule)
+    short = train_config(lr=1e-3, max_steps=1000, decay_steps=4000, warmup_steps=200, schedule=schedule)
+    full = train_config(lr=1e-3, max_steps=4000, warmup_steps=200, schedule=schedule)
     assert [learning_rate(s, short) for s in range(0, 1001, 50)] == [learning_rate(s, full) for s in range(0, 1001, 50)]
     assert learning_rate(999, short) > 0.7e-3  # not decayed to 0 at the run's own end
 
@@ -92,7 +99,7 @@ def test_decay_steps_past_max_steps_runs_the_first_steps_of_the_longer_schedule(
 @pytest.mark.parametrize("name", ["adam", "adamw"])
 def test_a_skipped_step_changes_nothing_and_a_resumed_one_matches(name):
     model = nn.Linear(4, 3)
-    cfg = TrainConfig(optimizer=name, lr=0.1, weight_decay=0.01)
+    cfg = train_config(optimizer=name, lr=0.1, weight_decay=0.01)
     opt = build_optimizer(model, cfg, torch.device("cpu"))
     assert all(group["fused"] for group in opt.param_groups)  # the on-device skip needs the fused kernel
     model.weight.grad, model.bias.grad = torch.randn(3, 4), torch.randn(3)
@@ -143,7 +150,7 @@ def test_clip_and_step_with_a_loss_scaler_skips_overflow_and_backs_off():
     """The fp16 path of `electra pretrain`, on CPU: an overflowed step leaves everything as it was and halves the
     scale; a finite one is unscaled, clipped and applied."""
     model = nn.Linear(3, 1, bias=False)
-    opt = build_optimizer(model, TrainConfig(optimizer="adam", lr=0.1, weight_decay=0.0), torch.device("cpu"))
+    opt = build_optimizer(model, train_config(optimizer="adam", lr=0.1, weight_decay=0.0), torch.device("cpu"))
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     params = list(model.parameters())
     w0 = model.weight.detach().clone()
@@ -157,3 +164,30 @@ def test_clip_and_step_with_a_loss_scaler_skips_overflow_and_backs_off():
     # first OFF Adam step on the clipped gradient g = (0.6, 0, -0.8): -lr * 0.1 g / (sqrt(0.001) |g| + eps)
     g = torch.tensor([[0.6, 0.0, -0.8]])
     torch.testing.assert_close(model.weight - w0, -0.1 * 0.1 * g / ((0.001 * g * g).sqrt() + 1e-6))
+
+
+def test_the_cpu_recipes_peak_falls_as_one_over_the_width_above_128():
+    """1e-3 up to 128 wide, OFF's ELECTRA-Small 5e-4 at 256; OFF's presets keep their lr at any width."""
+    shape = ["model.num_layers=4", "model.num_heads=2", "model.intermediate_size=512"]
+    widths = {64: 1e-3, 128: 1e-3, 256: 5e-4, 512: 2.5e-4}
+    for width, peak in widths.items():
+        sized = shape + [f"model.hidden_size={width}", f"model.embedding_size={width}"]
+        cfg = load_config("cpu", sized)
+        assert peak_lr(cfg) == pytest.approx(peak)
+        assert learning_rate(cfg.train.warmup_steps, cfg) == pytest.approx(peak * (1 - 200 / 9000))
+        assert build_optimizer(nn.Linear(2, 2), cfg, torch.device("cpu")).param_groups[0]["lr"] == pytest.approx(peak)
+        assert peak_lr(load_config("cpu", sized + ["train.lr_width=null"])) == 1e-3  # the rule switched off
+    assert peak_lr(load_config("small")) == 5e-4 and load_config("small").train.lr_width is None
+    assert peak_lr(load_config("small", ["model.hidden_size=512"])) == 5e-4
+
+
+def test_a_run_trains_at_the_width_rules_peak_and_records_it(tmp_path):
+    sets = ["train.batch_size=4", "train.max_steps=3", "train.log_every=1", "train.eval_batches=1"]
+    cfg = load_config("tiny", sets + ["train.precision=fp32", "train.warmup_steps=0", "train.lr_width=16"])
+    pretrain(cfg, tmp_path / "run", device="cpu")
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["peak_lr"] == pytest.approx(cfg.train.lr * 16 / cfg.model.hidden_size)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in rows if "lr" in r]
+    assert lrs and lrs == [learning_rate(r["step"] - 1, cfg) for r in rows if "lr" in r]
+    assert lrs[0] == pytest.approx(run["peak_lr"])
