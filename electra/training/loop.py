@@ -253,26 +253,7 @@ def _build_run(
             meta, loop_state = restored
             meta.data_digests = digests  # an older checkpoint's None: recorded from now on
         training_state.check_same_resume_step(meta.step, where, rank, world)
-    if dev.type == "cpu":
-        share = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        first = meta.sessions[0].get("threads") if meta.sessions else None  # a resumed run's first session's
-        threads, why = choose_threads(cfg.train.threads, share, keep=first)
-        if rank == 0:
-            log.info("threads %d per process (%s)", threads, why)
-    meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, compiled
-    meta.tf32, meta.peak_lr = tf32, peak_lr(cfg)
-    if rank == 0 and meta.peak_lr != t.lr:
-        log.info(
-            "peak learning rate %.3g: train.lr %.3g x %d / %d wide (train.lr_width)",
-            meta.peak_lr,
-            t.lr,
-            t.lr_width,
-            cfg.model.hidden_size,
-        )
-    meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
-    meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
-    meta.peak_memory_gb = None  # this session's, set at its first save
-    meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
+    _record_session(meta, cfg, plan, tf32, rank, world, dev)
     if rank == 0:
         training_state.prepare_run_dir(run_dir, cfg, data.tokens, meta)
     if world > 1:
@@ -303,6 +284,34 @@ def _build_run(
         special,
         loop_state,
     )
+
+
+def _record_session(
+    meta: RunMeta, cfg: PretrainConfig, plan: StepPlan, tf32: bool, rank: int, world: int, dev: torch.device
+) -> None:
+    """Set this session's threads (CPU) and write what it runs with into `meta`: precision, TF32, the schedule's
+    peak learning rate, the micro-batch and its memory estimate; its log says the threads and any scaled lr."""
+    t, precision, micro = cfg.train, plan.precision, plan.micro_batch
+    if dev.type == "cpu":
+        share = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        first = meta.sessions[0].get("threads") if meta.sessions else None  # a resumed run's first session's
+        threads, why = choose_threads(t.threads, share, keep=first)
+        if rank == 0:
+            log.info("threads %d per process (%s)", threads, why)
+    meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, plan.compiled
+    meta.tf32, meta.peak_lr = tf32, peak_lr(cfg)
+    if rank == 0 and meta.peak_lr != t.lr:
+        log.info(
+            "peak learning rate %.3g: train.lr %.3g x %d / %d wide (train.lr_width)",
+            meta.peak_lr,
+            t.lr,
+            t.lr_width,
+            cfg.model.hidden_size,
+        )
+    meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
+    meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
+    meta.peak_memory_gb = None  # this session's, set at its first save
+    meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
 
 
 def corpus_digests(path: str | None) -> dict | None:
