@@ -1,0 +1,45 @@
+"""scripts/compare_reports.py puts a model of one committed report against a model of another: on the committed
+four-budget report it must give the verdicts that report's own ELECTRA − MLM table and Summary give, read the
+learning gate from the Summary table, and name the file when a model is not in it."""
+
+import importlib.util
+
+from tests.helpers import ROOT, run_python
+
+SCRIPT = "scripts/compare_reports.py"
+BUDGETS = "docs/results/wiki-cpu-budgets"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("compare_reports", ROOT / SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_reproduces_the_committed_reports_verdicts():
+    # docs/results.md, "Where the answer stands": at 4 x 128 ELECTRA - MLM -10.3 (±2.9, p < 0.001) on SST-2 (the
+    # other tasks at chance), and the masked LM +4.3 (±0.8) over its own shape's random weights
+    out = run_python(SCRIPT, f"{BUDGETS}:study-4x128-30m/electra", f"{BUDGETS}:study-4x128-30m/mlm", check=True).stdout
+    assert "sst2 72.4 ± 2.3 (n 5)" in out and "sst2 82.8 ± 0.6 (n 5)" in out
+    assert "study-4x128-30m/mlm better (95% confidence)" in out
+    assert "-10.3 points" in out and "95% interval ±2.9" in out and "p < 0.001" in out
+    assert "mrpc, rte, wnli left out: at chance level" in out
+    out = run_python(
+        SCRIPT, f"{BUDGETS}:study-4x128-30m/mlm", f"{BUDGETS}:study-4x128-30m/none", "--tasks", "sst2", check=True
+    ).stdout
+    assert "+4.3 points" in out and "95% interval ±0.8" in out
+
+
+def test_it_reads_each_models_gate_from_the_summary_table():
+    side = _script().side
+    assert side(f"{ROOT / BUDGETS}:study-4x128-30m/electra")[2].learned is False
+    assert side(f"{ROOT / BUDGETS}:study-30m/electra")[2].learned is True
+    assert side(f"{ROOT / BUDGETS}:study-30m/none")[2].learned is None
+
+
+def test_a_model_the_report_does_not_have_is_named_with_the_file():
+    done = run_python(SCRIPT, f"{BUDGETS}:study-30m/mlm", f"{BUDGETS}:study-30m/nope")
+    assert done.returncode != 0
+    assert f"{BUDGETS}/results.json: no model 'study-30m/nope'" in done.stderr
+    assert "study-4x128-30m/none" in done.stderr  # the models it has
