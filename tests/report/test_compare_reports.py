@@ -29,6 +29,10 @@ def test_it_reproduces_the_committed_reports_verdicts():
         SCRIPT, f"{BUDGETS}:study-4x128-30m/mlm", f"{BUDGETS}:study-4x128-30m/none", "--tasks", "sst2", check=True
     ).stdout
     assert "+4.3 points" in out and "95% interval ±0.8" in out
+    # the same shape on the fixed recipe (docs/results/wiki-cpu-4x128-T3): level with MLM, not resolved at 95%
+    out = run_python(SCRIPT, "docs/results/wiki-cpu-4x128-T3:electra", f"{BUDGETS}:study-4x128-30m/mlm", check=True)
+    assert "electra +0.4 points" in out.stdout and "p = 0.247" in out.stdout
+    assert "nothing can be concluded at 95% confidence" in out.stdout
 
 
 def test_it_reads_each_models_gate_from_the_summary_table():
