@@ -1,6 +1,7 @@
 """Compare a model of one committed report with a model of another, where the two studies' run folders are not
 both at hand (so `electra report` cannot put them in one report): each side's per-task GLUE summary over seeds
-from its report's results.json and its learning-gate verdict from the report's Summary table, through
+and its learning-gate verdict from its report's results.json (from the Summary table of report.md for reports
+written before results.json kept the gate), through
 electra/report/verdicts.py's compare(), the test every report uses.
 
     python scripts/compare_reports.py A_REPORT_DIR:MODEL B_REPORT_DIR:MODEL [--tasks sst2,mrpc,rte,wnli]
@@ -29,18 +30,27 @@ GATES = {
 
 
 def side(spec: str) -> tuple[str, dict, Gate | None]:
-    """`REPORT_DIR:MODEL` -> (model, its results.json entry, its gate as the report's Summary table gives it)."""
+    """`REPORT_DIR:MODEL` -> (model, its results.json entry, its learning-gate verdict)."""
     folder, _, model = spec.rpartition(":")
     folder = Path(folder)
-    settings = json.loads((folder / "results.json").read_text())["settings"]
+    results = json.loads((folder / "results.json").read_text())
+    settings = results["settings"]
     if model not in settings:
         raise SystemExit(f"{folder / 'results.json'}: no model {model!r} (it has {', '.join(settings)})")
+    if "gates" in results:
+        g = results["gates"][model]
+        return model, settings[model], Gate(g["learned"], collapsed=g["collapsed"])
+    return model, settings[model], summary_gate(folder / "report.md", model)
+
+
+def summary_gate(report: Path, model: str) -> Gate | None:
+    """A model's gate as the Summary table of an older report.md words it."""
     gate = None
-    for line in (folder / "report.md").read_text().split("\n"):
+    for line in report.read_text().split("\n"):
         m = re.match(r"\| ([^|]+) \| [^|]+ \| (learned|NEVER LEARNED|COLLAPSED|not pretrained)", line)
         if m and m.group(1).strip() == model:
             gate = GATES[m.group(2)]
-    return model, settings[model], gate
+    return gate
 
 
 def main() -> None:

@@ -6,7 +6,9 @@ Writes into the report folder (by default STUDY/report or RUN/report): report.md
 (electra/report/tables.py), its figures as PNG with each figure's data beside it as JSON (electra/report/figures.py):
 glue.png, crossover.png and electra-minus-mlm.png (several budgets or sizes), dynamics-NAME.png (the study's
 Figure 3), collapse.png (its Figure 2), efficiency.png; and results.json
-(the first model's GLUE results in `electra glue`'s schema, every model's under "settings").
+(the first model's GLUE results in `electra glue`'s schema, every model's under "settings", and every model's
+learning-gate verdict under "gates": {"learned": true/false/null, "collapsed": ...}, so that a committed report can be
+compared with another without its run folders, scripts/compare_reports.py).
 
 Every GLUE comparison carries the gate's verdict (electra/report/results.py) beside the scores, and every claim that one
 model beats another follows the seeds' statistics (electra/report/verdicts.py).
@@ -60,7 +62,10 @@ def write_report(paths: list[str | Path], out: str | Path | None = None) -> Path
     results = [e for e in entries if e.glue]
     if results:
         first = results[0].glue
-        write_json(out / "results.json", {**first, "settings": {e.name: e.glue for e in results}}, indent=2)
+        gates = {e.name: {"learned": e.judge().learned, "collapsed": e.judge().collapsed} for e in results}
+        write_json(
+            out / "results.json", {**first, "settings": {e.name: e.glue for e in results}, "gates": gates}, indent=2
+        )
     return out
 
 

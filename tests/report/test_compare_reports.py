@@ -1,8 +1,10 @@
 """scripts/compare_reports.py puts a model of one committed report against a model of another: on the committed
 four-budget report it must give the verdicts that report's own ELECTRA − MLM table and Summary give, read the
-learning gate from the Summary table, and name the file when a model is not in it."""
+learning gate from results.json (or from the Summary table of a report written before results.json kept it), and
+name the file when a model is not in it."""
 
 import importlib.util
+import json
 
 from tests.helpers import ROOT, run_python
 
@@ -36,11 +38,19 @@ def test_it_reproduces_the_committed_reports_verdicts():
     assert "nothing can be concluded at 95% confidence" in out.stdout
 
 
-def test_it_reads_each_models_gate_from_the_summary_table():
+def test_it_reads_each_models_gate_from_results_json_or_an_older_reports_summary_table(tmp_path):
     side = _script().side
     assert side(f"{ROOT / BUDGETS}:study-4x128-30m/electra")[2].learned is False
     assert side(f"{ROOT / BUDGETS}:study-30m/electra")[2].learned is True
     assert side(f"{ROOT / BUDGETS}:study-30m/none")[2].learned is None
+    new = tmp_path / "report"  # a report that keeps the gates in results.json is read from there, not report.md
+    new.mkdir()
+    results = json.loads((ROOT / BUDGETS / "results.json").read_text())
+    results["gates"] = {name: {"learned": True, "collapsed": False} for name in results["settings"]}
+    results["gates"]["study-30m/electra"] = {"learned": False, "collapsed": True}
+    (new / "results.json").write_text(json.dumps(results))
+    assert side(f"{new}:study-4x128-30m/electra")[2].learned is True
+    assert side(f"{new}:study-30m/electra")[2].collapsed is True
 
 
 def test_a_model_the_report_does_not_have_is_named_with_the_file():

@@ -54,6 +54,8 @@ def test_the_report_never_says_helped_of_a_pretraining_the_gate_rejects(tmp_path
         "p < 0.001): nothing can be concluded at 95% confidence (electra's pretraining never learned (the learning "
         "gate): its higher score is not that pretraining's doing)." in text
     )
+    gates = json.loads((study / "report" / "results.json").read_text())["gates"]  # comparable without the run folders
+    assert gates == {"electra": {"learned": False, "collapsed": False}, "none": {"learned": None, "collapsed": False}}
 
 
 def test_studies_at_several_budgets_in_one_report_keep_their_settings_apart(tmp_path):
