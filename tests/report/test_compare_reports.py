@@ -11,6 +11,7 @@ from tests.helpers import ROOT, run_python
 SCRIPT = "scripts/compare_reports.py"
 BUDGETS = "docs/results/wiki-cpu-budgets"
 FIXED = "docs/results/wiki-cpu-4x128-T3"  # the same 4 x 128 ELECTRA on the fixed recipe
+FIXED_2X64 = "docs/results/wiki-cpu-2x64-T3"  # and the 2 x 64 one (its results.json keeps the gate)
 
 
 def _script():
@@ -36,6 +37,12 @@ def test_it_reproduces_the_committed_reports_verdicts():
     out = run_python(SCRIPT, f"{FIXED}:electra", f"{BUDGETS}:study-4x128-30m/mlm", check=True)
     assert "electra +0.4 points" in out.stdout and "p = 0.247" in out.stdout
     assert "nothing can be concluded at 95% confidence" in out.stdout
+    # 2 x 64 on the fixed recipe: level with MLM as at temperature 1, +5.3 over random weights
+    out = run_python(SCRIPT, f"{FIXED_2X64}:electra", f"{BUDGETS}:study-30m/mlm", check=True).stdout
+    assert "electra +0.6 points" in out and "95% interval ±0.8" in out and "p = 0.130" in out
+    assert "nothing can be concluded at 95% confidence" in out
+    out = run_python(SCRIPT, f"{FIXED_2X64}:electra", f"{BUDGETS}:study-30m/none", check=True).stdout
+    assert "electra better (95% confidence)" in out and "+5.3 points" in out and "p < 0.001" in out
 
 
 def test_it_reads_each_models_gate_from_results_json_or_an_older_reports_summary_table(tmp_path):
@@ -43,6 +50,7 @@ def test_it_reads_each_models_gate_from_results_json_or_an_older_reports_summary
     assert side(f"{ROOT / BUDGETS}:study-4x128-30m/electra")[2].learned is False
     assert side(f"{ROOT / BUDGETS}:study-30m/electra")[2].learned is True
     assert side(f"{ROOT / BUDGETS}:study-30m/none")[2].learned is None
+    assert side(f"{ROOT / FIXED_2X64}:electra")[2].learned is True
     new = tmp_path / "report"  # a report that keeps the gates in results.json is read from there, not report.md
     new.mkdir()
     results = json.loads((ROOT / BUDGETS / "results.json").read_text())
