@@ -1,4 +1,5 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ from tests.helpers import SHARED_DATA
 # fork of a process that used one).
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+# A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits SIGINT ignored, and so
+# would every run it starts: the Ctrl-C tests would then see their runs finish instead of stopping. A handled signal
+# is reset to its default in a child at exec, so catching it here gives the runs a terminal's SIGINT back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
