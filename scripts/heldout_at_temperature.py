@@ -30,13 +30,14 @@ def main() -> None:
     checkpoints = list_checkpoints(args.run)
     if not checkpoints:
         raise SystemExit(f"{args.run}: no checkpoints")
+    data, cpu = None, torch.device("cpu")
     for ckpt in checkpoints:
         model, cfg = load_model_checkpoint(ckpt)
         if cfg.objective.kind != "electra":
             raise SystemExit(f"{ckpt}: a {cfg.objective.kind} run has no generator samples to re-score")
         model.objective = dataclasses.replace(model.objective, temperature=args.temperature)
-        data = open_pretraining_data(cfg.data, cfg.train.seed)
-        cpu = torch.device("cpu")
+        if data is None:  # one run: one corpus for every checkpoint
+            data = open_pretraining_data(cfg.data, cfg.train.seed)
         m = evaluate(model, data.eval, cfg, data.tokens, cpu, contextlib.nullcontext(), train=data.train)
         row = {
             "checkpoint": ckpt.name,

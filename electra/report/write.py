@@ -62,7 +62,8 @@ def write_report(paths: list[str | Path], out: str | Path | None = None) -> Path
     results = [e for e in entries if e.glue]
     if results:
         first = results[0].glue
-        gates = {e.name: {"learned": e.judge().learned, "collapsed": e.judge().collapsed} for e in results}
+        judged = {e.name: e.judge() for e in results}
+        gates = {name: {"learned": g.learned, "collapsed": g.collapsed} for name, g in judged.items()}
         write_json(
             out / "results.json", {**first, "settings": {e.name: e.glue for e in results}, "gates": gates}, indent=2
         )
