@@ -35,13 +35,13 @@ from electra.glue.loading import TaskData, with_swapped_pairs
 from electra.glue.optim import build_optimizer, set_learning_rates
 from electra.glue.tasks import Task
 from electra.training import precision as devices
-from electra.training.checkpoint import load_discriminator
+from electra.training.checkpoint import load_discriminator, model_source
 from electra.training.optim import clip_and_step, scheduled_lr
 from electra.training.precision import resolve_precision
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
 from electra.utils.machine import describe_machine
-from electra.utils.wording import argument
+from electra.utils.wording import argument, source_text
 
 
 @dataclass
@@ -53,11 +53,23 @@ class Pretrained:
     body_state: dict[str, Tensor]
     tokenizer: Tokenizer
     tokenizer_dir: Path | None
+    source: dict
+    """The checkpoint (or transformers folder) the weights came from: path, step, sha256
+    (electra.training.checkpoint.model_source); every run's result.json records it."""
 
 
-def load_pretrained(path: str, tokenizer_dir: str | None = None) -> Pretrained:
-
-    body, cfg, found = load_discriminator(path)
+def load_pretrained(path: str, tokenizer_dir: str | None = None, expected: dict | None = None) -> Pretrained:
+    """The model `path` names (a run folder: its final checkpoint, refused while it trains), with its tokenizer.
+    `expected`: the source a sweep recorded; weights with another sha256 are refused (a checkpoint rewritten
+    since, or another model under the same path)."""
+    source = model_source(path)
+    if expected is not None and source["sha256"] != expected["sha256"]:
+        raise ValueError(
+            f"{path}: its weights are {source_text(source)}, not the {source_text(expected)} this sweep's runs came "
+            "from: refusing to mix two models in one sweep"
+        )
+    source = expected or source
+    body, cfg, found = load_discriminator(source["path"])
     tok_dir = Path(tokenizer_dir) if tokenizer_dir else found
     if tok_dir is None:
         raise FileNotFoundError(
@@ -67,7 +79,7 @@ def load_pretrained(path: str, tokenizer_dir: str | None = None) -> Pretrained:
     if tokenizer.get_vocab_size() > cfg.vocab_size:
         n = tokenizer.get_vocab_size()
         raise ValueError(f"{tok_dir}: the tokenizer has {n} tokens, the model's vocabulary only {cfg.vocab_size}")
-    return Pretrained(str(path), cfg, body.state_dict(), tokenizer, tok_dir)
+    return Pretrained(str(path), cfg, body.state_dict(), tokenizer, tok_dir, source)
 
 
 @dataclass

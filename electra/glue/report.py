@@ -29,7 +29,7 @@ from electra.config import from_dict
 from electra.glue.tasks import GLUE_TASKS
 from electra.training.health import Gate, held_out, learning_gate
 from electra.utils.files import write_atomic
-from electra.utils.wording import plural
+from electra.utils.wording import plural, source_text
 
 # style -> (task, metrics averaged into that task's number), in order
 AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -182,21 +182,24 @@ def run_folder(model: str | None) -> Path | None:
     return path if (path / "config.yaml").is_file() else None
 
 
-def pretraining_gate(model: str | None) -> Gate:
-    """The learning gate's verdict on the run a sweep fine-tuned, judged on its last held-out evaluation as `electra
-    report` judges it; not judged for random initialisation (objective.kind none, or a step-0 run) or a model that is
-    no run folder of ours."""
+def pretraining_gate(model: str | None, step: int | None = None) -> Gate:
+    """The learning gate's verdict on the run a sweep fine-tuned, judged as `electra report` judges it on the
+    held-out evaluation of the checkpoint fine-tuned (`step`: the last evaluation at or before it; None: the run's
+    last); not judged for random initialisation (objective.kind none, or a step-0 run) or a model that is no run
+    folder of ours."""
     run = run_folder(model)
     if run is None:
         return Gate(None, ["not judged: no pretraining run of ours at hand (an HF folder or a hub model)"])
     try:  # files only, as `electra report` reads them (no torch)
         kind = from_dict(yaml.safe_load((run / "config.yaml").read_text()), str(run / "config.yaml")).objective.kind
-        step = json.loads((run / "run.json").read_text()).get("step", 0) if (run / "run.json").exists() else 0
+        run_step = json.loads((run / "run.json").read_text()).get("step", 0) if (run / "run.json").exists() else 0
         lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
         evals = held_out([json.loads(line) for line in lines if line.strip()])
     except (OSError, ValueError, yaml.YAMLError) as err:  # a file that does not parse: said, not fatal
         return Gate(None, [f"not judged: cannot read the pretraining run {run} ({' '.join(str(err).split())})"])
-    if kind == "none" or step == 0:
+    if step is not None:  # the checkpoint's own evaluation, not one the run logged after it
+        run_step, evals = step, [e for e in evals if e.get("step", 0) <= step]
+    if kind == "none" or run_step == 0:
         return Gate(None, ["random initialisation, not pretrained"])
     return learning_gate(kind, evals)
 
@@ -217,6 +220,7 @@ def write_report(out: Path, records: list[dict], failed: list[dict], header: dic
     """Write results.json / .csv / .md into `out` (each atomically); returns the results.json object."""
     summary = summarize(records)
     public = {k: v for k, v in summary.items() if not k.startswith("_")}
+    public["source"] = header.get("source")  # the checkpoint every score came from (path, step, sha256)
     write_atomic(out / "results.json", json.dumps(public, indent=2) + "\n")
     write_atomic(out / "results.csv", _csv(summary))
     write_atomic(out / "results.md", _markdown(summary, failed, header))
@@ -239,8 +243,11 @@ def _csv(summary: dict) -> str:
 
 
 def _markdown(summary: dict, failed: list[dict], header: dict) -> str:
+    source = header.get("source") or {}
     lines = [f"# GLUE dev results: {header.get('model', '')}", ""]
-    lines += [*gate_lines(pretraining_gate(header.get("model"))), ""]
+    if source:
+        lines += [f"Every run fine-tuned {source_text(source)}.", ""]
+    lines += [*gate_lines(pretraining_gate(header.get("model"), source.get("step"))), ""]
     lines += [
         "Scores on a 0-100 scale. Per task and metric: the median over fine-tuning seeds from one pretrained model,",
         "then mean ± sample std, min-max and the number of seeds.",

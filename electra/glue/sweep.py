@@ -40,10 +40,11 @@ import torch
 from electra.config import ConfigError, FinetuneConfig, merge, validate_finetune
 from electra.glue.finetune import Pretrained, finetune, load_pretrained, prepare
 from electra.glue.loading import TaskData, load_task
-from electra.glue.report import chance_lines, pretraining_gate, write_report
+from electra.glue.report import chance_lines, pretraining_gate, run_folder, write_report
 from electra.glue.submission import write_submission
 from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
 from electra.modeling.hub import model_identity
+from electra.training.checkpoint import model_source
 from electra.training.loop import keep_freed_memory_in_heap
 from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
@@ -51,7 +52,7 @@ from electra.utils.files import write_json
 from electra.utils.machine import choose_threads
 from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
 from electra.utils.slurm import EXECUTORS, Job, JobsFailed, SlurmOptions, check_options, run_jobs
-from electra.utils.wording import argument, plural
+from electra.utils.wording import argument, plural, source_text
 
 log = logging.getLogger("electra.glue")
 
@@ -175,14 +176,16 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
     tasks, skipped = resolve_tasks(spec.tasks, spec.glue_dir)
     for name in skipped:
         log.warning("skipping %s: no %s data in %s", name, name, spec.glue_dir)
-    header = check_sweep_header(out, spec, write=True)
     runs = [(t.task.name, s) for t in tasks for s in spec.seeds]
+    pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
+    # the checkpoint every score will come from (a run still training is refused here, before anything is written)
+    source = model_source(spec.model) if pending else None
+    header = check_sweep_header(out, spec, write=True, source=source)
     try:
         data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails now
         for name, d in data.items():
             print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
-        pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
-        pretrained = load_pretrained(spec.model, spec.tokenizer) if pending else None  # a bad model fails now
+        pretrained = load_source(spec, header) if pending else None  # a bad model fails now
         devices = spec.devices or [spec.device] * spec.num_workers
         codes: list[int] = []
         if spec.executor == "slurm":
@@ -259,7 +262,7 @@ def work(
             continue
         try:
             if pretrained is None:
-                pretrained = load_pretrained(spec.model, spec.tokenizer)
+                pretrained = load_source(spec, header)
             if task not in prepared:
                 prepared[task] = prepare(data[task], pretrained.tokenizer, cfg)
             writers = open_trackers(spec, task, seed)
@@ -272,6 +275,7 @@ def work(
                 fingerprint=header["fingerprint"],
                 config=dataclasses.asdict(cfg),
                 model=spec.model,
+                checkpoint=pretrained.source,
                 worker={"pid": os.getpid(), "host": socket.gethostname()},
             )
             write_json(rdir / "result.json", record)
@@ -325,8 +329,10 @@ def finish(out: Path, header: dict, worker_exit_codes: list[int]) -> SweepResult
             also = f" (the server also needs: {', '.join(missing)})" if missing else ""
             print(f"GLUE submission: {zip_path}{also}")
     print(f"report: {out / 'results.md'} (also .json, .csv)")
+    if header.get("source"):
+        print(f"model: {source_text(header['source'])}")
     print("\n".join(summary_lines(results, records, failed)))  # last: what the sweep gave, from what model
-    gate = pretraining_gate(header.get("model"))
+    gate = pretraining_gate(header.get("model"), (header.get("source") or {}).get("step"))
     if gate.learned is not None:
         print(f"pretraining, by the learning gate: {gate.word.upper()} (results.md says why)")
     return SweepResult(results, failed, worker_exit_codes)
@@ -398,32 +404,55 @@ def collect(out: Path) -> tuple[list[dict], list[dict]]:
 
 def fingerprint(spec: SweepSpec) -> tuple[str, dict]:
     fields = {k: v for k, v in dataclasses.asdict(spec.finetune).items() if k not in _NOT_FINGERPRINTED}
-    fields["model"] = model_identity(spec.model)  # a hub id: with the commit of its snapshot
+    # the model as a run folder (a checkpoint stands for its run) or a hub id with the commit of its snapshot; which
+    # checkpoint the runs came from is sweep.json's "source", checked by its sha256 (check_sweep_header)
+    fields["model"] = model_identity(run_folder(spec.model) or spec.model)
     fields["tokenizer"] = str(Path(spec.tokenizer).resolve()) if spec.tokenizer else None
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16], fields
 
 
-def check_sweep_header(out: Path, spec: SweepSpec, write: bool) -> dict:
-    """OUT may only hold runs of one model and one set of hyperparameters: mixing them would corrupt the medians."""
+def check_sweep_header(out: Path, spec: SweepSpec, write: bool, source: dict | None = None) -> dict:
+    """OUT may only hold runs of one model and one set of hyperparameters: mixing them would corrupt the medians.
+    `source`: the checkpoint this call will fine-tune (electra.training.checkpoint.model_source), refused when the
+    runs already in OUT came from another; the header keeps the one recorded (sweep.json "source")."""
     fp, fields = fingerprint(spec)
     path = out / "sweep.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        if old["fingerprint"] != fp:
-            diff = [f"{k}: {old['fields'].get(k)!r} -> {v!r}" for k, v in fields.items() if old["fields"].get(k) != v]
-            raise ValueError(
-                f"{path}:1: this folder holds runs with other settings ({'; '.join(diff)}); use another output folder"
-            )
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if old and old["fingerprint"] != fp:
+        diff = [f"{k}: {old['fields'].get(k)!r} -> {v!r}" for k, v in fields.items() if old["fields"].get(k) != v]
+        raise ValueError(
+            f"{path}:1: this folder holds runs with other settings ({'; '.join(diff)}); use another output folder"
+        )
+    recorded = old.get("source")
+    if source is not None and recorded is not None and source["sha256"] != recorded["sha256"]:
+        raise ValueError(
+            f"{path}:1: this folder's runs were fine-tuned from {source_text(recorded)}; {spec.model} is now "
+            f"{source_text(source)}: use another output folder for it, or name the checkpoint the runs came from "
+            "to add seeds to them"
+        )
+    if source is not None and recorded is None and old and finished_runs(out):
+        log.warning("%s: written before sweep.json named its checkpoint; its runs are taken to be from %s", path,
+                    source_text(source))  # fmt: skip
     header = {
         "model": spec.model,
         "recipe": spec.recipe,
         "fingerprint": fp,
         "fields": fields,
         "config": dataclasses.asdict(spec.finetune),
+        "source": recorded or source,
     }
     if write:
         write_json(path, header)
     return header
+
+
+def load_source(spec: SweepSpec, header: dict) -> Pretrained:
+    """The model this sweep's runs fine-tune: the checkpoint sweep.json recorded (its sha256 checked), or, for a
+    sweep.json written before it did, the model the spec names."""
+    source = header.get("source")
+    if source is None:
+        return load_pretrained(spec.model, spec.tokenizer)
+    return load_pretrained(source["path"], spec.tokenizer, expected=source)
 
 
 def read_header(out: Path) -> dict:

@@ -288,8 +288,22 @@ def _glue_section(entries: list[Entry], out: Path) -> list[str]:
         "majority class, or 0 for MCC and correlations); hatched: models whose pretraining the gate rejects.",
         "",
         *report_tables.glue_table(with_glue),
+        *_sources(with_glue),
         *_crossover(with_glue, {t: metrics[t] for t in order}, chance, out),
     ]
+
+
+def _sources(entries: list[Entry]) -> list[str]:
+    """The checkpoint each model's scores came from (its sweep's results.json "source": path, step, sha256)."""
+    if not any(e.glue.get("source") for e in entries):
+        return []
+    lines = ["Each model's scores came from one checkpoint:", ""]
+    for e in entries:
+        source = e.glue.get("source")
+        lines.append(
+            f"- {e.name}: {wording.source_text(source) if source else 'not recorded (a sweep from before it was)'}"
+        )
+    return [*lines, ""]
 
 
 def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, float], out: Path) -> list[str]:

@@ -19,6 +19,7 @@ from electra.data.corpus import TOKENIZER_FILE
 from electra.data.synthetic import synthetic_tokenizer_info
 from electra.data.tokenizer import tokenizer_info
 from electra.modeling.flops import off_train_flops
+from electra.training.checkpoint import run_finished
 from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
@@ -243,8 +244,10 @@ def run_dir(spec: StudySpec, setting: Setting) -> Path:
 
 
 def pretrained(run: Path, steps: int) -> bool:
+    """Whether the setting's run finished its `steps`: its final checkpoint and export on disk, not merely its
+    final evaluation logged (electra.training.checkpoint.run_finished)."""
     meta = run / "run.json"
-    return meta.exists() and json.loads(meta.read_text()).get("step") == steps
+    return bool(run_finished(run)) and json.loads(meta.read_text()).get("step") == steps
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from electra.data.pretraining_data import PretrainingData, open_pretraining_data
 from electra.modeling.electra import build_model
 from electra.training.checkpoint import RunMeta, checkpoint_dir, list_checkpoints, save_model_checkpoint
 from electra.training.resume import prepare_run_dir
-from electra.utils.files import folder_lock
+from electra.utils.files import folder_lock, write_atomic
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.pretrain")
@@ -48,6 +48,8 @@ def write_initialised_run(
         prepare_run_dir(run_dir, cfg, data.tokens, meta)
         torch.manual_seed(cfg.train.seed)  # as the training loop seeds rank 0 before it builds its model
         save_model_checkpoint(build_model(cfg), cfg, checkpoint_dir(run_dir, 0))
+        meta.finished = True  # the step-0 checkpoint is the whole run
+        write_atomic(run_dir / "run.json", meta.to_json())
     log.info(
         "objective.kind=none: wrote the initialised model as a step-0 run in %s (no training, 0 FLOPs): "
         "the no-pretraining baseline of its shape for `electra glue --model %s` and `electra report`",

@@ -39,9 +39,11 @@ from electra.utils.files import (
     CHECKSUMS_FILE,
     checksums_text,
     read_checksums,
+    sha256_file,
     verify_digests,
     write_atomic,
 )
+from electra.utils.wording import argument
 
 log = logging.getLogger("electra.checkpoint")
 
@@ -107,6 +109,10 @@ class RunMeta:
     data_digests: dict | None = None
     """The corpus trained on: {"tokenizer_sha256", "tokens_sha256"} from its metadata.json (electra/data/corpus.py),
     None for the built-in synthetic corpus or a run older than the field. A resume with another corpus is refused."""
+    finished: bool = False
+    """The run reached train.max_steps and its final checkpoint (and the transformers export) are on disk: written
+    last, so that nothing reads a run as done in the moments between its final evaluation and its final save. A
+    resumed session sets it back to False until it finishes in turn."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -269,14 +275,82 @@ def find_tokenizer(path: Path) -> Path | None:
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A run folder means its newest complete checkpoint; a checkpoint folder means itself."""
+    """A checkpoint folder means itself; a run folder means its final checkpoint, and is refused while its
+    pretraining has not finished (`check_finished`): a model named by its run is the model the run ends with."""
     path = Path(path)
     if (path / COMPLETE_MARKER).exists():
         return path
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise CheckpointError(f"{path}: no complete checkpoint found (expected a run folder or a checkpoint)")
+    check_finished(path, ckpts[-1])
     return ckpts[-1]
+
+
+def checkpoint_step(ckpt: Path) -> int:
+    """The optimizer step a checkpoint folder holds (its name: step_00009000)."""
+    return int(Path(ckpt).name.removeprefix(CHECKPOINT_PREFIX))
+
+
+def run_finished(run_dir: Path) -> bool | None:
+    """Whether the pretraining run in `run_dir` finished (RunMeta.finished); None for a folder without run.json
+    (a model imported from transformers: weights only, nothing to finish). A run.json written before the flag
+    counts as finished when the checkpoint of its step is complete and that step is the config's last (or 0)."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot read ({' '.join(str(err).split())})") from err
+    if "finished" in raw:
+        return bool(raw["finished"])
+    step = raw.get("step", 0)
+    last = read_config(Path(run_dir) / "config.yaml").train.max_steps if step else 0
+    return step == last and (checkpoint_dir(run_dir, step) / COMPLETE_MARKER).exists()
+
+
+def check_finished(run_dir: Path, newest: Path) -> None:
+    """Refuse, in one line, a run folder whose pretraining has not finished (still training, stopped by a signal,
+    or killed): its newest checkpoint is not the model the run will end with. Naming a checkpoint is the way to
+    use one of them anyway."""
+    if run_finished(run_dir) is not False:
+        return
+    meta = RunMeta.from_json((Path(run_dir) / "run.json").read_text())
+    total = read_config(Path(run_dir) / "config.yaml").train.max_steps
+    raise CheckpointError(
+        f"{run_dir}: pretraining is not finished (step {meta.step:,} of {total:,}; newest checkpoint "
+        f"{checkpoint_step(newest):,}): name a checkpoint to use it anyway, {argument('model', str(newest))}, or "
+        "let the run finish"
+    )
+
+
+def model_source(model: str | Path) -> dict:
+    """What a model argument resolves to, for the record of every score fine-tuned from it: {"model": as given,
+    "path": the checkpoint or transformers folder read, "step": the checkpoint's optimizer step (None for a
+    transformers folder), "sha256": of its weights file}. A run folder resolves to its final checkpoint and is
+    refused while its pretraining has not finished (`resolve_checkpoint`); a hub id to its cached snapshot."""
+    path = Path(resolve_model(model))
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such model folder")
+    hf_dir = _transformers_folder(path)
+    if hf_dir is not None:
+        weights = next((hf_dir / n for n in ("model.safetensors", "pytorch_model.bin") if (hf_dir / n).is_file()), None)
+        if weights is None:
+            raise CheckpointError(f"{hf_dir}: no model.safetensors or pytorch_model.bin beside config.json")
+        return {"model": str(model), "path": str(hf_dir.resolve()), "step": None, "sha256": sha256_file(weights)}
+    ckpt = resolve_checkpoint(path)
+    recorded = (read_checksums(ckpt) or {}).get("model.safetensors")  # verified when the model is loaded
+    sha256 = recorded or sha256_file(ckpt / "model.safetensors")
+    return {"model": str(model), "path": str(ckpt.resolve()), "step": checkpoint_step(ckpt), "sha256": sha256}
+
+
+def _transformers_folder(path: Path) -> Path | None:
+    """The transformers folder holding the discriminator (or the masked LM) under `path`, if `path` is one."""
+    for candidate in (path / "discriminator", path / "masked_lm", path):
+        if (candidate / "config.json").exists():
+            return candidate
+    return None
 
 
 def load_pretraining_model(path: str | Path) -> tuple[ElectraForPretraining | MaskedLMForPretraining, PretrainConfig]:
@@ -301,8 +375,8 @@ def load_discriminator(path: str | Path) -> tuple[ElectraModel, ModelConfig, Pat
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such model folder")
-    hf_dir = next((path / sub for sub in ("discriminator", "masked_lm") if (path / sub / "config.json").exists()), path)
-    if (hf_dir / "config.json").exists():
+    hf_dir = _transformers_folder(path)
+    if hf_dir is not None:
         body, cfg = discriminator_body_from_hf(hf_dir)
         return body, cfg, find_tokenizer(hf_dir)
     ckpt = resolve_checkpoint(path)

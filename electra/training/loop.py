@@ -59,7 +59,7 @@ from electra.training.step import Window, train_step
 from electra.training.stopping import FAILED, StopVote, agree_on_collapse, agree_on_failure
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
-from electra.utils.files import FolderLock, folder_lock
+from electra.utils.files import FolderLock, folder_lock, write_atomic
 from electra.utils.machine import choose_threads, describe_machine
 from electra.utils.wording import argument
 
@@ -312,6 +312,7 @@ def _record_session(
     meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
     meta.peak_memory_gb = None  # this session's, set at its first save
     meta.stopped_by_signal = None  # this session has not been stopped (the checkpoint records the last one's)
+    meta.finished = False  # until this session's final checkpoint and export are on disk (`finish`)
 
 
 def corpus_digests(path: str | None) -> dict | None:
@@ -547,11 +548,20 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     error = None
     if run.main_process and meta.step == t.max_steps:
         try:
-            export_for_transformers(run)
+            finish(run)
         except Exception as err:  # the other ranks leave too, with one line, instead of waiting at a barrier
             error = err
     agree_on_failure(error, run.rank, run.world)
     return meta
+
+
+def finish(run: Run) -> None:
+    """The run's end, once its final checkpoint is saved: the transformers export, then run.json marked finished
+    (last: a run counts as done only when its final model is on disk, electra.training.checkpoint.run_finished)."""
+    export_for_transformers(run)
+    failpoint("finish")
+    run.meta.finished = True
+    write_atomic(run.run_dir / "run.json", run.meta.to_json())
 
 
 def start_session(run: Run) -> None:

@@ -10,7 +10,8 @@ moment loses nothing (tests/test_reliability_*.py). Without the environment vari
 NAME@COUNT[=ACTION]: fire at the COUNT-th time (default 1) this process reaches NAME; ACTION is kill (SIGKILL,
 default) or enospc. The points (grep `failpoint(`): checkpoint.write:FILE (before each file of a checkpoint is
 written), checkpoint.commit (the checkpoint folder renamed into place, older ones not yet pruned), evaluate (after a
-held-out evaluation was logged, before the checkpoint of that step), batches (each step's batches read on the host,
+held-out evaluation was logged, before the checkpoint of that step), finish (a run's final checkpoint and
+export written, before run.json says it finished), batches (each step's batches read on the host,
 in the prefetch thread), prepare.write (before each batch of tokens is
 appended), prepare.commit (between moving the old prepared folder away and the new one into place),
 write_atomic:FILE (before the temporary file is renamed over FILE).

@@ -80,3 +80,10 @@ def as_flags(message: str, flags: Mapping[str, str]) -> str:
         return option if value is True else f"{option} {shlex.quote(str(value))}"
 
     return _ARGUMENT.sub(flag, message)
+
+
+def source_text(source: dict) -> str:
+    """A model's source (electra.training.checkpoint.model_source: path, step, sha256) in one phrase:
+    "RUN/checkpoints/step_00009000 (step 9,000, sha256 1a2b3c4d5e6f)"."""
+    step = f"step {source['step']:,}, " if source.get("step") is not None else ""
+    return f"{source['path']} ({step}sha256 {source['sha256'][:12]})"

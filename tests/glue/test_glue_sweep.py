@@ -6,6 +6,7 @@ processes, and the one-line error messages."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shlex
@@ -69,7 +70,11 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     result = run_sweep(sweep(world, out, tasks, 2, max_steps=2, predict_test=True))
     r = results(out)
     assert result.ok and result.results == r
-    assert set(r) == {"tasks", "scores", "missing"}
+    assert set(r) == {"tasks", "scores", "missing", "source"}
+    ckpt = world["run"] / "checkpoints" / "step_00000000"  # the model every score came from, named in every file
+    sha = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+    assert r["source"] == {"model": str(world["run"]), "path": str(ckpt.resolve()), "step": 0, "sha256": sha}
+    assert json.loads((out / "sweep.json").read_text())["source"] == r["source"]
     assert list(r["tasks"]) == ["cola", "mrpc", "stsb", "mnli", "rte", "syn-agree"]
     expected_metrics = {
         "cola": ["mcc"],
@@ -93,8 +98,10 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
     assert r["missing"] == ["sst2", "qqp", "qnli", "wnli"]
     record = json.loads((out / "runs" / "rte" / "seed1" / "result.json").read_text())
     assert record["steps"] == 2 and record["seed"] == 1 and record["config"]["max_steps"] == 2
+    assert record["checkpoint"] == r["source"]
     assert not (out / "runs" / "rte" / "seed1" / "claim").exists()
     md = (out / "results.md").read_text()
+    assert f"Every run fine-tuned {ckpt.resolve()} (step 0, sha256 {sha[:12]})." in md
     assert "n/a (missing: sst2, qqp, qnli, wnli)" in md and "| rte | accuracy |" in md
     assert (out / "results.csv").read_text().splitlines()[0].startswith("task,metric,n,median")
     printed = capsys.readouterr().out
@@ -112,8 +119,9 @@ def test_sweep_writes_the_interface_and_a_submission(world, tmp_path, capsys):
         ["syn-agree", "accuracy"],
     ]
     report = lines.index(f"report: {out / 'results.md'} (also .json, .csv)")
-    assert lines[report + 1].startswith("cola ") and lines[report + 1].endswith("; chance mcc 0.00)")
-    stsb = lines[report + 3]
+    assert lines[report + 1] == f"model: {ckpt.resolve()} (step 0, sha256 {sha[:12]})"  # what the scores came from
+    assert lines[report + 2].startswith("cola ") and lines[report + 2].endswith("; chance mcc 0.00)")
+    stsb = lines[report + 4]
     assert stsb.split()[:2] == ["stsb", "spearman"] and stsb.endswith("; chance spearman 0.00)")
     assert r["tasks"]["stsb"]["chance"]["metric"] == "spearman"
 

@@ -2,6 +2,7 @@
 writes, the report's numbers against `electra flops` and the runs' own metrics, the gate, a killed study resumed,
 and parallel pretraining equal to sequential."""
 
+import hashlib
 import json
 import os
 import re
@@ -123,7 +124,15 @@ def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sourc
     # results.json: `electra glue`'s schema for the first setting, every setting under "settings"
     results = json.loads((study / "report" / "results.json").read_text())
     first = json.loads((study / "runs" / "kind=electra" / "glue" / "results.json").read_text())
-    assert {k: results[k] for k in ("tasks", "scores", "missing")} == first
+    assert {k: results[k] for k in ("tasks", "scores", "missing")} == {
+        k: first[k] for k in ("tasks", "scores", "missing")
+    }
+    for s in meta["settings"]:  # each model's scores name the checkpoint they came from: the run's final one
+        source = json.loads((study / s["glue"] / "results.json").read_text())["source"]
+        final = list_checkpoints(study / s["pretrain"])[-1]
+        sha = hashlib.sha256((final / "model.safetensors").read_bytes()).hexdigest()
+        assert (source["path"], source["step"], source["sha256"]) == (str(final.resolve()), s["steps"], sha)
+        assert f"- {s['name']}: {final.resolve()} (step {s['steps']:,}, sha256 {sha[:12]})" in report
     assert set(results["settings"]) == {"kind=electra", "kind=mlm", "kind=none"}
     assert "| kind=none | none (random initialisation) | not pretrained |" in report
 
