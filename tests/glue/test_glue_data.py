@@ -222,14 +222,16 @@ def test_task_behaviour_is_data_and_custom_tasks_may_set_it(tmp_path):
 @pytest.mark.skipif(not GLUE_DATA.is_dir(), reason="shared GLUE data not present")
 def test_real_glue_files():
     specs, skipped = resolve_tasks("all", GLUE_DATA)
-    assert [s.task.name for s in specs] == ["sst2", "mrpc", "rte", "wnli"]
-    assert skipped == ["cola", "stsb", "qqp", "mnli", "qnli"]  # QNLI: dev and test only
+    assert [s.task.name for s in specs] == ["sst2", "mrpc", "stsb", "rte", "wnli"]
+    assert skipped == ["cola", "qqp", "mnli", "qnli"]  # QNLI: dev and test only
     counts = {s.task.name: load_task(s, with_test=True) for s in specs if s.task.name != "sst2"}
     assert {k: (d.n_train, d.n_eval) for k, d in counts.items()} == {
         "mrpc": (3668, 408),
+        "stsb": (5749, 1500),  # PROVENANCE: 5749 / 1500 rows
         "rte": (2490, 277),
         "wnli": (635, 71),
     }
+    assert 0.0 <= min(e.label for e in counts["stsb"].dev[""]) and max(e.label for e in counts["stsb"].dev[""]) <= 5.0
     assert sum(e.label == 0 for e in counts["rte"].dev[""]) == 146  # entailment (PROVENANCE: 146 / 131)
     assert sum(e.label == 1 for e in counts["wnli"].dev[""]) == 31
     assert len(counts["mrpc"].test["MRPC.tsv"]) == 1725 and counts["mrpc"].test["MRPC.tsv"][-1].index == "1724"
