@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from electra.executors.jobs import JobsDetached, JobsFailed
 from electra.utils.errors import RankFailedError
-from electra.utils.slurm import JobsFailed
 from electra.utils.wording import as_flags
 
 
@@ -383,13 +383,18 @@ SLURM_FLAGS = {
     "finetune_cpus": "finetune_cpus",
     "finetune_mem_gb": "finetune_mem_gb",
     "poll_seconds": "poll_seconds",
+    "warn_seconds": "warn_seconds",
+    "wckey": "wckey",
+    "stall_minutes": "stall_minutes",
+    "result_wait_seconds": "result_wait_seconds",
 }
 """--executor slurm's flags (dest) and the SlurmOptions field each sets."""
 
 
 def _add_executor(p: argparse.ArgumentParser) -> None:
-    """--executor and the SLURM options (electra/utils/slurm.py SlurmOptions), shared by glue and study."""
-    from electra.utils.slurm import EXECUTORS, SlurmOptions
+    """--executor and the SLURM options (electra/executors/slurm.py SlurmOptions), shared by glue and study."""
+    from electra.executors.jobs import EXECUTORS
+    from electra.executors.slurm import DEFAULT_CPUS, SlurmOptions
 
     d = SlurmOptions()
     x = p.add_argument_group("where runs run (--executor slurm: SLURM jobs through submitit, docs/cluster.md)")
@@ -398,16 +403,18 @@ def _add_executor(p: argparse.ArgumentParser) -> None:
         "--slurm-config", default=None, metavar="FILE.yaml", help="SLURM options as YAML (the flags below win)"
     )
     x.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
-    x.add_argument("--time-minutes", type=int, default=None, help=f"time limit of one job (default {d.time_minutes})")
+    x.add_argument(
+        "--time-minutes", type=int, default=None, help="time limit of one job (default 24 h, or the partition's)"
+    )
     x.add_argument("--account", default=None, help="SLURM account")
     x.add_argument("--qos", default=None, help="SLURM quality of service")
     x.add_argument("--sbatch", action="append", default=None, metavar="--OPTION[=VALUE]", help="more sbatch options")
     x.add_argument("--job-name", default=None, help=f"the jobs' name prefix (default {d.job_name})")
-    gpus = f"GPUs of a pretraining job, one DDP rank each (default {d.pretrain_gpus})"
+    gpus = "GPUs of a pretraining job, one DDP rank each (default: 1 on a partition with GPUs, else 0)"
     x.add_argument("--gpus-per-job", type=int, default=None, help=gpus)
     x.add_argument("--ranks-per-job", type=int, default=None, help="processes of a pretraining job (0: one per GPU)")
-    x.add_argument("--finetune-gpus", type=int, default=None, help="GPUs of a fine-tuning job, 0 or 1 (default 1)")
-    cpus = f"CPU cores (and CPU threads) of a job (default {d.cpus_per_job})"
+    x.add_argument("--finetune-gpus", type=int, default=None, help="GPUs of a fine-tuning job, 0 or 1 (as above)")
+    cpus = f"CPU cores (and CPU threads) of a job (default {DEFAULT_CPUS}, or a node's CPUs if fewer)"
     x.add_argument("--cpus-per-job", type=int, default=None, help=cpus)
     x.add_argument("--mem-gb", type=float, default=None, help="memory of a job")
     x.add_argument("--finetune-cpus", type=int, default=None, help="CPU cores of a fine-tuning job (default: as above)")
@@ -416,13 +423,20 @@ def _add_executor(p: argparse.ArgumentParser) -> None:
     )
     poll = f"how often to look at the queue (default {d.poll_seconds:g} s)"
     x.add_argument("--poll-seconds", type=float, default=None, help=poll)
+    warn = f"SLURM's warning before the time limit, to save a checkpoint (default {d.warn_seconds} s)"
+    x.add_argument("--warn-seconds", type=int, default=None, help=warn)
+    x.add_argument("--wckey", default=None, help="sbatch --wckey (default: none)")
+    stall = f"report a running job whose run writes nothing for this long (default {d.stall_minutes:g} min)"
+    x.add_argument("--stall-minutes", type=float, default=None, help=stall)
+    wait = f"how long a result may take to appear on a shared filesystem (default {d.result_wait_seconds:g} s)"
+    x.add_argument("--result-wait-seconds", type=float, default=None, help=wait)
 
 
 def _slurm_options(args: argparse.Namespace):
     """SlurmOptions: the defaults, then --slurm-config's YAML (strict: an unknown key or a wrong type is refused,
     naming the file), then the flags given."""
     from electra.config import ConfigError, merge, read_yaml
-    from electra.utils.slurm import SlurmOptions
+    from electra.executors.slurm import SlurmOptions
 
     options = SlurmOptions()
     if args.slurm_config:
@@ -476,6 +490,9 @@ def _run_glue(args: argparse.Namespace) -> int:
         return 0 if run_sweep(spec).ok else 1
     except SweepInterrupted as stop:  # Ctrl-C: what is done, what is not, and the command that continues
         print("\n".join([*stop.lines(), f"continue with: {args.command_line}"]), flush=True)
+        return 130
+    except JobsDetached as stop:  # Ctrl-C while following SLURM jobs: they go on
+        print("\n".join([*stop.lines, f"follow them with: {args.command_line}"]), flush=True)
         return 130
 
 

@@ -21,6 +21,7 @@ runs with the others through the claim files (so do separate sweeps, e.g. on sev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -28,7 +29,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +38,11 @@ from pathlib import Path
 import torch
 
 from electra.config import ConfigError, FinetuneConfig, merge, validate_finetune
+from electra.executors.follow import SlurmExecutor
+from electra.executors.jobs import EXECUTORS, Job, JobsDetached, JobsFailed
+from electra.executors.local import start_workers, stop_workers
+from electra.executors.partition import fit_to_cluster
+from electra.executors.slurm import SlurmOptions, check_options, current_job_id, request_text
 from electra.glue.finetune import Pretrained, finetune, load_pretrained, prepare
 from electra.glue.loading import TaskData, load_task
 from electra.glue.report import chance_lines, pretraining_gate, run_folder, write_report
@@ -51,7 +56,6 @@ from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.machine import choose_threads
 from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
-from electra.utils.slurm import EXECUTORS, Job, JobsFailed, SlurmOptions, check_options, run_jobs
 from electra.utils.wording import argument, plural, source_text
 
 log = logging.getLogger("electra.glue")
@@ -94,7 +98,7 @@ class SweepSpec:
     """Trackers each run also logs to (tensorboard, wandb): one tracker run per (task, seed), grouped by sweep."""
     executor: str = "local"
     """local: this process (and its workers); slurm: each (task, seed) one element of a SLURM job array
-    (electra/utils/slurm.py), this process submitting, waiting and writing the report."""
+    (electra/executors/), this process submitting, waiting and writing the report."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
 
@@ -172,25 +176,18 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
     Everything is checked before the first run: the spec, every task's files, and (when runs remain) the model.
     """
     check_spec(spec)
-    out = Path(spec.out)
-    tasks, skipped = resolve_tasks(spec.tasks, spec.glue_dir)
-    for name in skipped:
-        log.warning("skipping %s: no %s data in %s", name, name, spec.glue_dir)
-    runs = [(t.task.name, s) for t in tasks for s in spec.seeds]
-    pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
-    # the checkpoint every score will come from (a run still training is refused here, before anything is written)
-    source = model_source(spec.model) if pending else None
-    header = check_sweep_header(out, spec, write=True, source=source)
+    if spec.executor == "slurm":  # what each job asks for, fitted to the partition (or refused) before anything
+        fitted, notes = fit_to_cluster(spec.slurm, spec.device)
+        spec = dataclasses.replace(spec, slurm=fitted)
+        print(f"on SLURM: each (task, seed) one element of a job array ({request_text(fitted, 'finetune')}); "
+              + "; ".join(notes))  # fmt: skip
+    sweep = open_sweep(spec)
+    out, header, runs, codes = Path(spec.out), sweep.header, sweep.runs, []
     try:
-        data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails now
-        for name, d in data.items():
-            print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
-        pretrained = load_source(spec, header) if pending else None  # a bad model fails now
         devices = spec.devices or [spec.device] * spec.num_workers
-        codes: list[int] = []
         if spec.executor == "slurm":
             try:
-                on_slurm(spec, pending, on_runs)
+                on_slurm(spec, sweep.pending, on_runs)
             except JobsFailed:
                 finish(out, header, codes)  # the report of the runs that finished, then what failed
                 raise
@@ -199,13 +196,45 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
             if any(codes):
                 log.error("worker processes exited with %s; run the same sweep again to resume", codes)
         else:
-            work(spec, header, data, resolve_device(devices[0]), pretrained, on_runs)
+            work(spec, header, sweep.data, resolve_device(devices[0]), sweep.pretrained, on_runs)
+    except JobsDetached:  # Ctrl-C while following SLURM jobs: they go on (the caller says so)
+        raise
     except KeyboardInterrupt as stop:  # Ctrl-C: what is done and what is not, from the folder
         finished = [r for r in runs if (run_dir(out, *r) / "result.json").exists()]
         interrupted = [r for r in getattr(stop, "interrupted", []) if r not in finished]
         waiting = [r for r in runs if r not in finished and r not in interrupted]
         raise SweepInterrupted(interrupted, finished, waiting, str(out)) from None
     return finish(out, header, codes)
+
+
+@dataclass
+class OpenSweep:
+    """A sweep checked and ready to run: its header (sweep.json, written), its runs and those still to do, every
+    task's data read, and the model loaded when runs remain."""
+
+    header: dict
+    runs: list[tuple[str, int]]
+    pending: list[tuple[str, int]]
+    data: dict[str, TaskData]
+    pretrained: Pretrained | None
+
+
+def open_sweep(spec: SweepSpec) -> OpenSweep:
+    """Check everything before the first run: every task's files, the model the runs will come from (a run still
+    training is refused before anything is written), the folder's earlier runs (same settings, same checkpoint)."""
+    out = Path(spec.out)
+    tasks, skipped = resolve_tasks(spec.tasks, spec.glue_dir)
+    for name in skipped:
+        log.warning("skipping %s: no %s data in %s", name, name, spec.glue_dir)
+    runs = [(t.task.name, s) for t in tasks for s in spec.seeds]
+    pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
+    source = model_source(spec.model) if pending else None
+    header = check_sweep_header(out, spec, write=True, source=source)
+    data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails now
+    for name, d in data.items():
+        print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
+    pretrained = load_source(spec, header) if pending else None  # a bad model fails now
+    return OpenSweep(header, runs, pending, data, pretrained)
 
 
 def write_report_only(out: str | Path) -> SweepResult:
@@ -243,10 +272,11 @@ def work(
     device: torch.device,
     pretrained: Pretrained | None = None,
     on_runs: Callable[[int], None] | None = None,
-    take_over: bool = False,
+    job: str | None = None,
 ) -> None:
-    """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process
-    (`take_over`: whatever holds the claim; a SLURM job, given its run by the one process that submits them)."""
+    """This process's share of the sweep: every (task, seed) not finished and not claimed by a live process. `job`:
+    the SLURM job this process is, which its submitter gave its run alone: a claim another job or process holds
+    on it is an error, never skipped in silence (`claim`)."""
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
     if device.type == "cpu":
@@ -258,7 +288,7 @@ def work(
     prepared, finished = {}, 0
     for i, (task, seed) in enumerate(todo, 1):
         rdir = run_dir(out, task, seed)
-        if (rdir / "result.json").exists() or not claim(rdir, take_over):
+        if (rdir / "result.json").exists() or not claim(rdir, job):
             continue
         try:
             if pretrained is None:
@@ -462,13 +492,18 @@ def read_header(out: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def claim(rdir: Path, take_over: bool = False) -> bool:
-    """Take the run for this process; False when a live process holds it. A dead holder's claim is taken over,
-    and any with `take_over` (a cancelled SLURM job's claim, left on another node, names a process this one cannot
-    see)."""
+class RunClaimedError(RuntimeError):
+    """A SLURM job found its run claimed by another live job or process: it does not run it a second time."""
+
+
+def claim(rdir: Path, job: str | None = None) -> bool:
+    """Take the run for this process; False when a live process holds it. A dead holder's claim on this host is
+    taken over. In a SLURM job (`job`: its id), the claim carries the id and yields only to the same job, i.e.
+    its own requeue; another holder raises RunClaimedError (its submitter clears the claims of jobs that left the
+    queue before it submits their runs again: `drop_job_claim`)."""
     rdir.mkdir(parents=True, exist_ok=True)
     path = rdir / "claim"
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), "slurm_job": job}
     for _ in range(2):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -477,15 +512,38 @@ def claim(rdir: Path, take_over: bool = False) -> bool:
                 holder = json.loads(path.read_text() or "{}")
             except (OSError, json.JSONDecodeError):
                 return False  # being written by its holder right now
-            if take_over or (holder.get("host") == me["host"] and not pid_alive(holder.get("pid", -1))):
+            own_requeue = job is not None and holder.get("slurm_job") == job
+            dead = holder.get("host") == me["host"] and not pid_alive(holder.get("pid", -1))
+            if own_requeue or dead:
                 log.warning("%s: taking over from process %s, which is gone", rdir, holder.get("pid"))
                 path.unlink(missing_ok=True)
                 continue
+            if job is not None:
+                raise RunClaimedError(
+                    f"{rdir}: claimed by {holder_text(holder)}: this job ({job}) does not run it a second time"
+                ) from None
             return False
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         return True
     return False
+
+
+def holder_text(holder: dict) -> str:
+    job = f"SLURM job {holder['slurm_job']}, " if holder.get("slurm_job") else ""
+    return f"{job}process {holder.get('pid', '?')} on {holder.get('host', '?')}"
+
+
+def drop_job_claim(rdir: Path) -> None:
+    """Remove the claim a SLURM job left on its run (it was cancelled or died and left the queue), so that the
+    job submitted for the run next can take it; a claim of a process outside SLURM is kept."""
+    path = rdir / "claim"
+    try:
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, json.JSONDecodeError):
+        return
+    if holder.get("slurm_job"):
+        path.unlink(missing_ok=True)
 
 
 def pid_alive(pid: int) -> bool:
@@ -511,24 +569,20 @@ def resolve_device(name: str) -> torch.device:
 
 WORKER_POLL_SECONDS = 1.0
 """How often a sweep waiting on its workers counts their finished runs (result.json files) for `on_runs`."""
-WORKER_STOP_SECONDS = 60.0
-"""How long an interrupted sweep waits for its workers to drop their runs (SIGINT) before it kills them."""
 
 
 def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], None] | None = None) -> list[int]:
-    """One `python -m electra.glue.sweep` process per device, given the spec as JSON; they share the runs through
-    claim files. Returns their exit codes.
+    """One `python -m electra.glue.sweep` process per device (electra.executors.local.start_workers), given the
+    spec as JSON; they share the runs through claim files. Returns their exit codes.
 
-    The workers run in a process group of their own, so that Ctrl-C at a terminal reaches this process alone: it
-    notes the runs they hold, then stops them (SIGINT: each drops its run and exits quietly) and raises
-    SweepInterrupted naming those runs, one summary instead of a traceback per worker."""
+    Ctrl-C reaches this process alone: it notes the runs the workers hold, then stops them (SIGINT: each drops its
+    run and exits quietly) and raises SweepInterrupted naming those runs, one summary instead of a traceback per
+    worker."""
     out = Path(spec.out)
     path = out / "worker_spec.json"
     write_json(path, dataclasses.asdict(spec))
     threads = max(1, usable_cpus() // len(devices))  # CPU workers split the cores
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
-    command = [sys.executable, "-m", "electra.glue.sweep", str(path)]
-    procs = [subprocess.Popen([*command, dev], env=env, process_group=0) for dev in devices]
+    procs = start_workers("electra.glue.sweep", [[str(path), dev] for dev in devices], threads)
     try:
         if on_runs is not None:  # the workers' runs end in other processes: count the result.json files they write
             done = finished_runs(out)
@@ -541,7 +595,7 @@ def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], 
         return [p.wait() for p in procs]
     except KeyboardInterrupt:
         held = claimed_by(out, {p.pid for p in procs})
-        stop_workers(procs)
+        stop_workers(procs)  # a worker killed after WORKER_STOP_SECONDS leaves its claim to the next sweep
         raise SweepInterrupted(held) from None
 
 
@@ -558,51 +612,58 @@ def claimed_by(out: Path, pids: set[int]) -> list[tuple[str, int]]:
     return held
 
 
-def stop_workers(procs: list[subprocess.Popen]) -> None:
-    """SIGINT to each worker (it drops its run, removes its claim and exits), then wait; a worker still there
-    after WORKER_STOP_SECONDS, or at a second Ctrl-C, is killed (its claim is taken over by the next sweep)."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    try:
-        deadline = time.monotonic() + WORKER_STOP_SECONDS
-        for p in procs:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
 def finished_runs(out: Path) -> int:
     """How many runs of the sweep in `out` have finished (their result.json written)."""
     return sum(1 for _ in out.glob("runs/*/seed*/result.json"))
 
 
+def glue_jobs(spec: SweepSpec, pending: list[tuple[str, int]]) -> list[Job]:
+    """A SLURM job (`run_in_job`) for each pending (task, seed) of the sweep, whose result.json says it is done."""
+    out, raw = Path(spec.out), dataclasses.asdict(spec)
+    jobs = []
+    for task, seed in pending:
+        rdir = run_dir(out, task, seed)
+        jobs.append(
+            Job(
+                f"glue/{task}/{seed}",
+                run_in_job,
+                (raw, task, seed),
+                (rdir / "result.json").exists,
+                progress=functools.partial(modified, rdir / "metrics.jsonl"),
+                reset=functools.partial(drop_job_claim, rdir),
+            )
+        )
+    return jobs
+
+
+def modified(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
 def on_slurm(spec: SweepSpec, pending: list[tuple[str, int]], on_runs: Callable[[int], None] | None) -> None:
-    """Each pending (task, seed) one element of a SLURM job array (`run_in_job`); returns when all have left the
-    queue, raising JobsFailed for those that did so without a result."""
+    """Each pending (task, seed) one element of a SLURM job array (`run_in_job`), named after the sweep's folder;
+    returns when all have left the queue, raising JobsFailed for those that did so without a result."""
     out = Path(spec.out)
-    raw = dataclasses.asdict(spec)
-    jobs = [
-        Job(f"glue/{task}/{seed}", run_in_job, (raw, task, seed), (run_dir(out, task, seed) / "result.json").exists)
-        for task, seed in pending
-    ]
-    name = f"{spec.slurm.job_name}-glue-{out.resolve().name}"
-    failures = run_jobs(jobs, out / "slurm", spec.slurm, "finetune", name, lambda _: on_runs(1) if on_runs else None)
+    executor = SlurmExecutor(out / "slurm", spec.slurm)
+    name = f"{spec.slurm.job_name}-{out.resolve().name}-glue"
+    failures = executor.run(glue_jobs(spec, pending), lambda _: on_runs(1) if on_runs else None, "finetune", name)
     if failures:
         raise JobsFailed(failures)
 
 
 def run_in_job(raw: dict, task: str, seed: int) -> None:
-    """One (task, seed) of the sweep `raw` (its SweepSpec as a dict), in a SLURM job: as a local run does it."""
+    """One (task, seed) of the sweep `raw` (its SweepSpec as a dict), in a SLURM job: as a local run does it, from
+    the checkpoint sweep.json names, under a claim that carries this job's id."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     spec = spec_from_dict(raw, source=f"{raw.get('out')} (the sweep's spec)")
     spec = dataclasses.replace(spec, seeds=[seed], executor="local", devices=[], num_workers=1, progress=False)
     tasks, _ = resolve_tasks(spec.tasks, spec.glue_dir)
     tasks = [t for t in tasks if t.task.name == task]
     header = check_sweep_header(Path(spec.out), spec, write=False)
-    work(spec, header, load_data(tasks, spec.finetune), resolve_device(spec.device), take_over=True)
+    work(spec, header, load_data(tasks, spec.finetune), resolve_device(spec.device), job=current_job_id())
 
 
 def spec_from_dict(raw: dict, source: str) -> SweepSpec:

@@ -18,13 +18,13 @@ from electra.config import ConfigError, PretrainConfig, load_config
 from electra.data.corpus import TOKENIZER_FILE
 from electra.data.synthetic import synthetic_tokenizer_info
 from electra.data.tokenizer import tokenizer_info
+from electra.executors.slurm import SlurmOptions
 from electra.modeling.flops import off_train_flops
 from electra.training.checkpoint import run_finished
 from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
 from electra.utils.processes import usable_cpus
-from electra.utils.slurm import SlurmOptions
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.study")
@@ -71,7 +71,7 @@ class StudySpec:
     """Progress bars (pretraining, and the fine-tuning phase's)."""
     executor: str = "local"
     """local: this machine (`parallel` pretraining processes, then each sweep); slurm: each pretraining one SLURM
-    job, each fine-tuning (task, seed) one element of a job array (electra/utils/slurm.py)."""
+    job, each fine-tuning (task, seed) one element of a job array (electra/executors/)."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
 

@@ -26,13 +26,25 @@ import json
 import logging
 import os
 import signal
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
 
 from electra.config import ConfigError, from_dict, load_finetune_config
-from electra.glue.sweep import SweepInterrupted, SweepSpec, finished_runs, run_sweep
+from electra.executors.follow import SlurmExecutor
+from electra.executors.jobs import EXECUTORS, Job, JobsDetached, JobsFailed
+from electra.executors.local import LocalExecutor, parent_gone
+from electra.executors.partition import fit_to_cluster
+from electra.executors.slurm import check_options, plan_line
+from electra.glue.sweep import (
+    SweepInterrupted,
+    SweepSpec,
+    finished_runs,
+    glue_jobs,
+    open_sweep,
+    run_sweep,
+    write_report_only,
+)
 from electra.report.write import write_report
 from electra.study.grid import (
     _NOT_FINGERPRINTED,
@@ -52,8 +64,7 @@ from electra.training.checkpoint import list_checkpoints
 from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
-from electra.utils.processes import stop_with_parent, usable_cpus
-from electra.utils.slurm import EXECUTORS, Job, JobsFailed, check_options, plan_line, run_jobs
+from electra.utils.processes import usable_cpus
 from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.study")
@@ -162,81 +173,48 @@ def _pretrain_worker(
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
     meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)
-    if _study_pid is not None and os.getppid() != _study_pid:  # the study died: no one to report to, or to wait for
+    if parent_gone():  # a pool worker whose study died: no one to report to, or to wait for
         os._exit(128 + int(signal.SIGTERM))
     return meta.step
 
 
+def pretrain_job(spec: StudySpec, s: Setting, threads: int | None = None) -> Job:
+    """Setting `s`'s pretraining as a Job: done when its run finished its steps (its final checkpoint on disk)."""
+    run = run_dir(spec, s) / "pretrain"
+    cfg = dataclasses.asdict(s.config(spec))
+    on_slurm = spec.executor == "slurm"
+    fn, args = (pretrain_in_job, (cfg, str(run), spec.device, tuple(spec.loggers))) if on_slurm else (
+        _pretrain_worker, (cfg, str(run), spec.device, threads, tuple(spec.loggers), spec.progress))  # fmt: skip
+    return Job(
+        f"pretrain/{s.name}",
+        fn,
+        args,
+        functools.partial(pretrained, run, s.steps),
+        title=f"pretraining {s.name}: {plural(s.steps, 'step')} -> {run}",
+        progress=functools.partial(modified, run / "metrics.jsonl"),
+    )
+
+
 def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
-    todo = []
+    """Every setting's pretraining on this machine, `spec.parallel` at a time (the no-pretraining baseline: its
+    step-0 run, written here); raises StudyStopped when a run stopped short of its steps (a signal)."""
     for s in settings:
-        run = run_dir(spec, s) / "pretrain"
         if s.kind == "none":  # the step-0 run of its initialised model (kept if it is there)
-            write_initialised_run(s.config(spec), run, resume="auto")
-        elif not pretrained(run, s.steps):
-            todo.append((s, run))
+            write_initialised_run(s.config(spec), run_dir(spec, s) / "pretrain", resume="auto")
+    todo = [s for s in settings if s.kind != "none" and not pretrained(run_dir(spec, s) / "pretrain", s.steps)]
     if not todo:
         return
-    if spec.executor == "slurm":
-        return pretrain_on_slurm(spec, todo)
     workers = max(1, min(spec.parallel, len(todo)))
-    if workers == 1:  # in this process, with its threads
-        for s, run in todo:
-            print(f"== pretraining {s.name}: {plural(s.steps, 'step')} -> {run}", flush=True)
-            step = _pretrain_worker(
-                dataclasses.asdict(s.config(spec)),
-                str(run),
-                spec.device,
-                loggers=tuple(spec.loggers),
-                progress=spec.progress,
-            )
-            _stop_if_short(s, step)
-        return
-    threads = max(1, usable_cpus() // workers)
-    import multiprocessing
-
-    print(
-        f"== pretraining {plural(len(todo), 'setting')}, {workers} at a time ({plural(threads, 'thread')} each)",
-        flush=True,
-    )
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, context, initializer=_stop_with_the_study, initargs=(os.getpid(),)) as pool:
-        futures = [
-            pool.submit(
-                _pretrain_worker,
-                dataclasses.asdict(s.config(spec)),
-                str(run),
-                spec.device,
-                threads,
-                tuple(spec.loggers),
-                spec.progress,
-            )
-            for s, run in todo
-        ]
-        steps = [f.result() for f in futures]  # re-raises a worker's error
-    for (s, _), step in zip(todo, steps, strict=True):
-        _stop_if_short(s, step)
-
-
-def pretrain_on_slurm(spec: StudySpec, todo: list[tuple[Setting, Path]]) -> None:
-    """Each setting's pretraining one SLURM job (`pretrain_in_job`), all submitted at once; returns when every
-    one has left the queue, raising JobsFailed for those that did so short of their steps (their fine-tuning is
-    not submitted)."""
-    jobs = [
-        Job(
-            f"pretrain/{s.name}",
-            pretrain_in_job,
-            (dataclasses.asdict(s.config(spec)), str(run), spec.device, tuple(spec.loggers)),
-            functools.partial(pretrained, run, s.steps),
-        )
-        for s, run in todo
-    ]
-    o = spec.slurm
-    print(f"== pretraining {plural(len(todo), 'setting')} on SLURM, one job each", flush=True)
-    name = f"{o.job_name}-pretrain-{Path(spec.out).resolve().name}"
-    failures = run_jobs(jobs, Path(spec.out) / "slurm", o, "pretrain", name)
-    if failures:
-        raise JobsFailed(failures)
+    threads = None if workers == 1 else max(1, usable_cpus() // workers)
+    if workers > 1:
+        print(f"== pretraining {plural(len(todo), 'setting')}, {workers} at a time ({plural(threads, 'thread')} "
+              "each)", flush=True)  # fmt: skip
+    LocalExecutor(workers).run([pretrain_job(spec, s, threads) for s in todo])
+    for s in todo:
+        run = run_dir(spec, s) / "pretrain"
+        if not pretrained(run, s.steps):
+            step = json.loads((run / "run.json").read_text()).get("step", 0) if (run / "run.json").exists() else 0
+            raise StudyStopped(f"{s.name} stopped at step {step:,} of {s.steps:,} (a checkpoint was saved)")
 
 
 def pretrain_in_job(cfg_dict: dict, run: str, device: str | None, loggers: tuple[str, ...]) -> int:
@@ -251,20 +229,15 @@ def pretrain_in_job(cfg_dict: dict, run: str, device: str | None, loggers: tuple
     step = _pretrain_worker(cfg_dict, run, device, loggers=loggers, progress=False)
     stopped = json.loads((Path(run) / "run.json").read_text()).get("stopped_by_signal")
     if stopped == int(signal.SIGUSR2):  # SLURM's warning: the checkpoint is saved; now submitit requeues the job
-        signal.raise_signal(signal.SIGUSR2)  # (its handler is back in place: Resumable.checkpoint)
+        signal.raise_signal(signal.SIGUSR2)  # (its handler is back in place: PretrainingJob.checkpoint)
     return step
 
 
-_study_pid: int | None = None
-"""In a pretraining worker: the study's process (`_stop_with_the_study`)."""
-
-
-def _stop_with_the_study(study_pid: int) -> None:
-    """A pretraining worker's first act (see `stop_with_parent`): it saves a checkpoint and stops when the study's
-    process dies, then exits (`_pretrain_worker`); the same command continues the study."""
-    global _study_pid
-    _study_pid = study_pid
-    stop_with_parent(study_pid)
+def modified(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 class StudyStopped(Exception):
@@ -278,11 +251,6 @@ class StudyStopped(Exception):
 
     def __str__(self) -> str:
         return "\n".join([*self.lines, "running the same study again continues it"])
-
-
-def _stop_if_short(s: Setting, step: int) -> None:
-    if step < s.steps:
-        raise StudyStopped(f"{s.name} stopped at step {step:,} of {s.steps:,} (a checkpoint was saved)")
 
 
 def progress_lines(spec: StudySpec, settings: list[Setting]) -> list[str]:
@@ -302,44 +270,38 @@ def progress_lines(spec: StudySpec, settings: list[Setting]) -> list[str]:
     return lines
 
 
-def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
+def sweep_spec(spec: StudySpec, s: Setting, finetune) -> SweepSpec:
+    """Setting `s`'s GLUE sweep: its pretrained model over the study's tasks and seeds."""
+    rdir = run_dir(spec, s)
+    return SweepSpec(
+        out=str(rdir / "glue"),
+        model=str(rdir / "pretrain"),
+        tasks=spec.tasks.split(","),
+        glue_dir=spec.glue_dir,
+        seeds=list(spec.seeds),
+        finetune=finetune,
+        recipe=spec.recipe,
+        device=spec.device or "auto",
+        num_workers=spec.parallel if spec.executor == "local" else 1,
+        progress=False,
+        loggers=list(spec.loggers),
+        executor=spec.executor,
+        slurm=spec.slurm,
+    )
 
+
+def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
+    """Each setting's GLUE sweep on this machine, one setting after the other, under one progress bar."""
     finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
-    tasks = spec.tasks.split(",")
     # one bar over the phase's runs, with tqdm's estimate of the time left, advanced as each run ends (runs a
     # resumed study finished before count from the start)
     done = sum(finished_runs(run_dir(spec, s) / "glue") for s in settings)
-    bar = tqdm(
-        total=len(settings) * len(tasks) * len(spec.seeds),
-        initial=done,
-        desc="fine-tuning",
-        unit="run",
-        disable=not spec.progress,
-    )
-    failures = []
+    total = len(settings) * len(spec.tasks.split(",")) * len(spec.seeds)
+    bar = tqdm(total=total, initial=done, desc="fine-tuning", unit="run", disable=not spec.progress)
     for s in settings:
-        rdir = run_dir(spec, s)
         print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')})", flush=True)
-        sweep = SweepSpec(
-            out=str(rdir / "glue"),
-            model=str(rdir / "pretrain"),
-            tasks=tasks,
-            glue_dir=spec.glue_dir,
-            seeds=list(spec.seeds),
-            finetune=finetune,
-            recipe=spec.recipe,
-            device=spec.device or "auto",
-            num_workers=spec.parallel if spec.executor == "local" else 1,
-            progress=False,
-            loggers=list(spec.loggers),
-            executor=spec.executor,
-            slurm=spec.slurm,
-        )
         try:
-            result = run_sweep(sweep, on_runs=bar.update)
-        except JobsFailed as err:  # the other settings' jobs still run; all failures are raised at the end
-            failures += err.failures
-            continue
+            result = run_sweep(sweep_spec(spec, s, finetune), on_runs=bar.update)
         except SweepInterrupted as stop:
             bar.close()
             during = f": {stop.interrupted_text()}" if stop.interrupted else " between two runs"
@@ -351,6 +313,37 @@ def finetune_all(spec: StudySpec, settings: list[Setting]) -> None:
                 [f"{f['task']} seed {f['seed']}" for f in result.failed],
             )
     bar.close()
+
+
+def study_on_slurm(spec: StudySpec, settings: list[Setting], plan_seconds: float | None) -> None:
+    """The study as SLURM jobs: each setting's pretraining one job, submitted at once; each setting's fine-tuning
+    one job array, submitted as soon as its pretraining is done (at once for the no-pretraining baseline and for
+    runs already pretrained), all followed together. Each sweep's report is written at the end; jobs that ended
+    without a result are raised then (JobsFailed), and a setting whose pretraining failed is not fine-tuned."""
+    o, study = spec.slurm, Path(spec.out).resolve().name
+    executor = SlurmExecutor(Path(spec.out) / "slurm", o, plan_seconds)
+    finetune = load_finetune_config(spec.recipe, spec.finetune_overrides)
+    sweeps: list[Path] = []
+
+    def submit_finetuning(s: Setting) -> None:
+        sweep = sweep_spec(spec, s, finetune)
+        print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')}): SLURM", flush=True)
+        opened = open_sweep(sweep)
+        sweeps.append(Path(sweep.out))
+        executor.submit(glue_jobs(sweep, opened.pending), "finetune", f"{o.job_name}-{study}-{s.name}-glue")
+
+    for s in settings:
+        run = run_dir(spec, s) / "pretrain"
+        if s.kind == "none":
+            write_initialised_run(s.config(spec), run, resume="auto")
+        if s.kind == "none" or pretrained(run, s.steps):
+            submit_finetuning(s)
+        else:
+            name = f"{o.job_name}-{study}-{s.name}-pretrain"
+            executor.submit([pretrain_job(spec, s)], "pretrain", name, on_done=lambda _, s=s: submit_finetuning(s))
+    failures = executor.wait()
+    for out in sweeps:
+        write_report_only(out)
     if failures:
         raise JobsFailed(failures)
 
@@ -361,15 +354,24 @@ def run_study(spec: StudySpec) -> Path:
     check_trackers(spec.loggers)  # a missing tracker package fails now, not after the pretraining
     if spec.executor not in EXECUTORS:
         raise ConfigError(f"executor {spec.executor!r}: expected one of {list(EXECUTORS)}")
-    if spec.executor == "slurm":
+    fitted: list[str] = []
+    if spec.executor == "slurm":  # what each job asks for, fitted to the partition (or refused) before anything
         check_options(spec.slurm)
+        options, fitted = fit_to_cluster(spec.slurm, spec.device)
+        spec = dataclasses.replace(spec, slurm=options)
     with folder_lock(spec.out, "study"):  # a second `electra study` on this folder is refused while this one runs
         settings = start(spec)
-        where = [plan_line(spec.slurm)] if spec.executor == "slurm" else []
-        print("\n".join([*plan_lines(make_plan(spec, settings), spec.out), *where]), flush=True)
+        plan = make_plan(spec, settings)
+        where = [plan_line(spec.slurm, fitted)] if spec.executor == "slurm" else []
+        print("\n".join([*plan_lines(plan, spec.out), *where]), flush=True)
         try:
-            pretrain_all(spec, settings)
-            finetune_all(spec, settings)
+            if spec.executor == "slurm":
+                study_on_slurm(spec, settings, plan.pretrain_seconds + (plan.finetune_seconds or 0.0))
+            else:
+                pretrain_all(spec, settings)
+                finetune_all(spec, settings)
+        except JobsDetached as stop:  # Ctrl-C while following SLURM jobs: they go on
+            raise StudyStopped(*stop.lines) from None
         except (StudyStopped, KeyboardInterrupt) as stop:  # what stopped, and where each setting stands
             what = stop.lines if isinstance(stop, StudyStopped) else ["Ctrl-C interrupted the study"]
             raise StudyStopped(*what, *progress_lines(spec, settings)) from None

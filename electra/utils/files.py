@@ -144,9 +144,11 @@ class FolderLock:
         self.path = self.folder.parent / f".{self.folder.name}.lock"
         self._fd: int | None = None
 
-    def acquire(self) -> FolderLock:
-        """Take the lock, or raise FolderInUseError naming the folder and its holder."""
+    def acquire(self, wait: float = 0.0) -> FolderLock:
+        """Take the lock, or raise FolderInUseError naming the folder and its holder (after waiting up to `wait`
+        seconds for the holder to let go)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + wait
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -154,6 +156,9 @@ class FolderLock:
             except BlockingIOError:
                 holder = _holder(fd)
                 os.close(fd)
+                if time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
                 raise FolderInUseError(
                     f"{self.folder}: in use by another {holder.get('what', self.what)} (pid {holder.get('pid', '?')} "
                     f"on {holder.get('host', '?')}, since {holder.get('since', '?')}); wait for it to end or use "

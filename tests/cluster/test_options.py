@@ -9,11 +9,11 @@ import pytest
 
 from electra.cli import _add_executor, _slurm_options
 from electra.config import ConfigError
-from electra.utils.slurm import (
+from electra.executors.follow import error_line
+from electra.executors.slurm import (
     Resources,
     SlurmOptions,
     check_options,
-    error_line,
     plan_line,
     resources,
     sbatch_options,
@@ -49,9 +49,9 @@ def test_yaml_then_flags_and_a_bad_file_named(tmp_path):
 def test_what_each_job_asks_for():
     o = SlurmOptions(
         partition="gpu", account="lab", sbatch=["--constraint=a100", "--exclusive"], pretrain_gpus=4, mem_gb=64,
-        finetune_cpus=2, finetune_mem_gb=16,
+        finetune_gpus=1, finetune_cpus=2, finetune_mem_gb=16,
     )  # fmt: skip
-    assert sbatch_options(o) == {"constraint": "a100", "exclusive": None}
+    assert sbatch_options(o) == {"constraint": "a100", "exclusive": True}  # a bare flag: `#SBATCH --exclusive`
     assert plan_line(o) == (
         "   on SLURM: each pretraining one job (4 GPUs, 4 processes, 4 CPUs each, 64 GB, 24 h, partition gpu, "
         "account lab, --constraint=a100, --exclusive), each fine-tuning run one element of a job array (1 GPU, "
@@ -64,11 +64,14 @@ def test_what_each_job_asks_for():
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"time_minutes": 0}, "time_minutes and cpus_per_job must be >= 1"),
-        ({"pretrain_ranks": -1}, "pretrain_gpus and pretrain_ranks >= 0"),
+        ({"time_minutes": 0}, "time_minutes must be >= 1, got 0"),
+        ({"cpus_per_job": 0}, "cpus_per_job must be >= 1, got 0"),
+        ({"pretrain_ranks": -1}, "pretrain_ranks must be >= 0, got -1"),
         ({"finetune_gpus": 2}, "finetune_gpus must be 0 or 1, got 2"),
         ({"mem_gb": 0.0}, "mem_gb must be > 0, got 0.0"),
-        ({"finetune_cpus": 0}, "finetune_cpus must be > 0, got 0"),
+        ({"finetune_cpus": 0}, "finetune_cpus must be >= 1, got 0"),
+        ({"warn_seconds": 5}, "warn_seconds must be >= 10 and result_wait_seconds >= 60"),
+        ({"result_wait_seconds": 15.0}, "warn_seconds must be >= 10 and result_wait_seconds >= 60"),
         ({"sbatch": ["constraint=a100"]}, "SLURM option 'constraint=a100': expected an sbatch option"),
     ],
 )
@@ -86,4 +89,4 @@ def test_a_failed_jobs_line_is_its_last_exception_or_slurms_note(tmp_path):
     assert error_line(log) == "electra.config.ConfigError: glue/RTE/dev.tsv:12: expected 4 columns"
     log.write_text("step 3\nslurmstepd: error: *** JOB 12 ON vm CANCELLED AT 2026-12-05T23:59:01 ***\n")
     assert error_line(log) == "*** JOB 12 ON vm CANCELLED AT 2026-12-05T23:59:01 ***"
-    assert error_line(tmp_path / "none.err") == "no log written (the job may not have started)"
+    assert error_line(tmp_path / "none.err") is None  # no log (yet): the result may still be on its way

@@ -145,7 +145,7 @@ def test_a_study_on_slurm_ends_with_the_local_studys_weights_and_results(slurm, 
     """The toy study of tests/study (ELECTRA, MLM and no pretraining at equal FLOPs, two tasks, one seed): its two
     pretraining jobs and its fine-tuning arrays give the weights and GLUE results the local executor gives."""
     from electra.study.run import run_study
-    from electra.utils.slurm import SlurmOptions
+    from electra.executors.slurm import SlurmOptions
     from tests.study.test_study import spec
 
     tasks = ",".join(str(p) for p in write_synthetic_tasks(tmp_path / "tasks")[:2])
@@ -170,7 +170,7 @@ def test_a_pretraining_job_warned_by_slurm_saves_is_requeued_and_ends_as_if_neve
     saves a checkpoint and stops, submitit requeues the job, and the requeued job resumes from the checkpoint; the
     weights equal an uninterrupted local run's."""
     from electra.study.run import run_study
-    from electra.utils.slurm import SlurmOptions
+    from electra.executors.slurm import SlurmOptions
     from tests.study.test_study import spec
 
     tasks = str(write_synthetic_tasks(tmp_path / "tasks")[0])
@@ -212,7 +212,7 @@ def test_a_pretraining_job_of_two_ranks_runs_as_two_slurm_tasks(slurm, tmp_path)
     """`--ranks-per-job 2` on CPU: one job, two SLURM tasks, one gloo DDP rank each (submitit gives them torchrun's
     rendezvous variables); the run trains with world size 2 to its last step."""
     from electra.study.run import run_study
-    from electra.utils.slurm import SlurmOptions
+    from electra.executors.slurm import SlurmOptions
     from tests.study.test_study import spec
 
     tasks = str(write_synthetic_tasks(tmp_path / "tasks")[0])

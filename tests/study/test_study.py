@@ -384,6 +384,8 @@ def test_a_pretraining_run_stopped_by_a_signal_stops_the_study(tmp_path, tasks, 
 
     def stopped_early(cfg_dict, run, device, threads=None, loggers=(), progress=True):
         calls.append(run)
+        Path(run).mkdir(parents=True, exist_ok=True)  # what a run stopped by a signal leaves: run.json at its step
+        (Path(run) / "run.json").write_text(json.dumps({"step": 3, "finished": False}))
         return 3  # the step it stopped at, short of the budget
 
     monkeypatch.setattr(study_module, "_pretrain_worker", stopped_early)
@@ -527,6 +529,7 @@ def test_the_fine_tuning_phase_has_one_bar_over_its_runs(tmp_path, tasks, monkey
 
 def test_a_sweeps_worker_processes_report_each_finished_run(tmp_path, monkeypatch):
     """With several workers the runs end in other processes: the sweep counts the result.json files they write."""
+    import electra.executors.local as local_module
     import electra.glue.sweep as sweep_module
     from electra.glue.sweep import SweepSpec, spawn_workers
 
@@ -552,7 +555,7 @@ def test_a_sweeps_worker_processes_report_each_finished_run(tmp_path, monkeypatc
             return 0
 
     told = []
-    monkeypatch.setattr(sweep_module.subprocess, "Popen", Worker)
+    monkeypatch.setattr(local_module.subprocess, "Popen", Worker)
     monkeypatch.setattr(sweep_module, "WORKER_POLL_SECONDS", 0.0)
     assert spawn_workers(SweepSpec(out=str(out), model="m"), ["cpu", "cpu"], told.append) == [0, 0]
     assert sum(told) == 3 and all(n >= 1 for n in told)
