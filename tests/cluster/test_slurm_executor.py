@@ -144,8 +144,8 @@ def test_a_job_failing_on_a_bad_input_is_reported_by_its_error_line(slurm, world
 def test_a_study_on_slurm_ends_with_the_local_studys_weights_and_results(slurm, tmp_path, capsys):
     """The toy study of tests/study (ELECTRA, MLM and no pretraining at equal FLOPs, two tasks, one seed): its two
     pretraining jobs and its fine-tuning arrays give the weights and GLUE results the local executor gives."""
-    from electra.study.run import run_study
     from electra.executors.slurm import SlurmOptions
+    from electra.study.run import run_study
     from tests.study.test_study import spec
 
     tasks = ",".join(str(p) for p in write_synthetic_tasks(tmp_path / "tasks")[:2])
@@ -169,8 +169,8 @@ def test_a_pretraining_job_warned_by_slurm_saves_is_requeued_and_ends_as_if_neve
     """SLURM's warning before a time limit or a preemption (SIGUSR2, what `scancel --signal=USR2` sends): the run
     saves a checkpoint and stops, submitit requeues the job, and the requeued job resumes from the checkpoint; the
     weights equal an uninterrupted local run's."""
-    from electra.study.run import run_study
     from electra.executors.slurm import SlurmOptions
+    from electra.study.run import run_study
     from tests.study.test_study import spec
 
     tasks = str(write_synthetic_tasks(tmp_path / "tasks")[0])
@@ -211,8 +211,8 @@ def test_a_pretraining_job_warned_by_slurm_saves_is_requeued_and_ends_as_if_neve
 def test_a_pretraining_job_of_two_ranks_runs_as_two_slurm_tasks(slurm, tmp_path):
     """`--ranks-per-job 2` on CPU: one job, two SLURM tasks, one gloo DDP rank each (submitit gives them torchrun's
     rendezvous variables); the run trains with world size 2 to its last step."""
-    from electra.study.run import run_study
     from electra.executors.slurm import SlurmOptions
+    from electra.study.run import run_study
     from tests.study.test_study import spec
 
     tasks = str(write_synthetic_tasks(tmp_path / "tasks")[0])
