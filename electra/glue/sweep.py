@@ -617,15 +617,16 @@ def finished_runs(out: Path) -> int:
     return sum(1 for _ in out.glob("runs/*/seed*/result.json"))
 
 
-def glue_jobs(spec: SweepSpec, pending: list[tuple[str, int]]) -> list[Job]:
-    """A SLURM job (`run_in_job`) for each pending (task, seed) of the sweep, whose result.json says it is done."""
+def glue_jobs(spec: SweepSpec, pending: list[tuple[str, int]], prefix: str = "") -> list[Job]:
+    """A SLURM job (`run_in_job`) for each pending (task, seed) of the sweep, whose result.json says it is done;
+    keyed PREFIXglue/TASK/SEED (a study's sweeps share one book: the prefix is the setting's name)."""
     out, raw = Path(spec.out), dataclasses.asdict(spec)
     jobs = []
     for task, seed in pending:
         rdir = run_dir(out, task, seed)
         jobs.append(
             Job(
-                f"glue/{task}/{seed}",
+                f"{prefix}glue/{task}/{seed}",
                 run_in_job,
                 (raw, task, seed),
                 (rdir / "result.json").exists,

@@ -330,7 +330,8 @@ def study_on_slurm(spec: StudySpec, settings: list[Setting], plan_seconds: float
         print(f"== fine-tuning {s.name} on {spec.tasks} ({plural(len(spec.seeds), 'seed')}): SLURM", flush=True)
         opened = open_sweep(sweep)
         sweeps.append(Path(sweep.out))
-        executor.submit(glue_jobs(sweep, opened.pending), "finetune", f"{o.job_name}-{study}-{s.name}-glue")
+        jobs = glue_jobs(sweep, opened.pending, prefix=f"{s.name}/")
+        executor.submit(jobs, "finetune", f"{o.job_name}-{study}-{s.name}-glue")
 
     for s in settings:
         run = run_dir(spec, s) / "pretrain"

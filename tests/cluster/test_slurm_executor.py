@@ -20,14 +20,14 @@ from safetensors.torch import load_file
 from electra.data.synthetic_tasks import write_synthetic_tasks
 from electra.training.checkpoint import list_checkpoints
 from tests.glue_fixtures import make_run, write_glue
-from tests.helpers import WALL_CLOCK_FIELDS, cli_command, cli_main, start_cli, without_seconds
+from tests.helpers import WALL_CLOCK_FIELDS, child_env, cli_command, cli_main, start_cli, without_seconds
 
 pytestmark = pytest.mark.slow
 
 SLURM = ["--executor", "slurm", "--gpus-per-job", "0", "--finetune-gpus", "0", "--cpus-per-job", "1"]
 FAST_POLL = ["--poll-seconds", "0.5"]
-NO_CUDA = 'electra.training.precision.DeviceError: `device="cuda"`: no CUDA device is visible'
-"""The last exception line of the traceback in the job's log."""
+DISK_FULL = "electra.utils.errors.DiskFullError: disk full while writing "
+"""The start of the last exception line of the traceback in the job's log."""
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def runs(out: Path) -> dict:
 
 
 def job_ids(out: Path) -> dict:
-    return json.loads((out / "slurm" / "jobs.json").read_text())
+    return json.loads((out / "slurm" / "jobs.json").read_text())["jobs"]
 
 
 def wait_for(condition, seconds: float, what: str) -> None:
@@ -122,22 +122,27 @@ def test_a_killed_submitter_restarted_follows_its_jobs_and_submits_none_again(sl
     assert job_ids(out) == submitted and len(runs(out)) == 3
 
 
-def test_a_job_failing_on_a_bad_input_is_reported_by_its_error_line(slurm, world, tmp_path):
-    """`--device cuda` on a cluster whose jobs have no GPU: the submitting process cannot know (a login node has
-    none either); every job fails, and each is reported in one line with its job id and log."""
+def test_a_job_failing_on_its_node_is_reported_by_its_error_line(slurm, world, tmp_path):
+    """A full disk where the jobs write their results (the failpoint, which the jobs inherit with the environment,
+    makes writing result.json fail with ENOSPC): the submitting process cannot know; every job fails, and each is
+    reported at once (its log says why: no wait for a late result) in one line with its job id and log."""
     out = tmp_path / "out"
+    env = {**child_env(), "ELECTRA_FAILPOINT": "write_atomic:result.json@1=enospc"}
+    start = time.monotonic()
     proc = subprocess.run(
-        cli_command(*glue(world, out, "--max-steps", "2", "--device", "cuda", *SLURM, *FAST_POLL)),
+        cli_command(*glue(world, out, "--max-steps", "2", *SLURM, *FAST_POLL)),
         capture_output=True,
         text=True,
         timeout=600,
+        env=env,
     )
     assert proc.returncode == 1, proc.stderr[-2000:]
+    assert time.monotonic() - start < 120  # not a result wait of 120 s per job
     ids = job_ids(out)
     for key, job_id in ids.items():
         line = next(line.strip() for line in proc.stderr.splitlines() if line.startswith(f"  {key}: job {job_id} "))
         log = out / "slurm" / f"{job_id}_0_log.err"
-        assert line.startswith(f"{key}: job {job_id} ended without a result: {NO_CUDA}") and log.exists()
+        assert line.startswith(f"{key}: job {job_id} ended without a result: {DISK_FULL}") and log.exists()
         assert line.endswith(f"(log: {log})") and line.count("\n") == 0
 
 
@@ -154,13 +159,19 @@ def test_a_study_on_slurm_ends_with_the_local_studys_weights_and_results(slurm, 
     options = SlurmOptions(pretrain_gpus=0, finetune_gpus=0, cpus_per_job=1, poll_seconds=0.5)
     run_study(spec(cluster, tasks, executor="slurm", slurm=options))
     assert "submitted 2 jobs to SLURM" in capsys.readouterr().out  # electra and mlm; none needs no training
-    assert sorted(job_ids(cluster))[:2] == ["pretrain/kind=electra", "pretrain/kind=mlm"]
+    ids = job_ids(cluster)  # one book for the study: each setting's runs under its own name
+    assert sorted(k for k in ids if k.startswith("pretrain/")) == ["pretrain/kind=electra", "pretrain/kind=mlm"]
+    names = ("kind=electra", "kind=mlm", "kind=none")
+    expected = sorted(f"{n}/glue/{t}/0" for n in names for t in ("syn-agree", "syn-topic"))
+    assert sorted(k for k in ids if not k.startswith("pretrain/")) == expected
     for name in ("kind=electra", "kind=mlm", "kind=none"):
         a = load_file(list_checkpoints(local / "runs" / name / "pretrain")[-1] / "model.safetensors")
         b = load_file(list_checkpoints(cluster / "runs" / name / "pretrain")[-1] / "model.safetensors")
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
         glue_a = json.loads((local / "runs" / name / "glue" / "results.json").read_text())
         glue_b = json.loads((cluster / "runs" / name / "glue" / "results.json").read_text())
+        source_a, source_b = glue_a.pop("source"), glue_b.pop("source")  # the same checkpoint, in another folder
+        assert (source_a["step"], source_a["sha256"]) == (source_b["step"], source_b["sha256"]), name
         assert without_seconds(glue_a) == without_seconds(glue_b), name
     assert (cluster / "report" / "report.md").exists()
 
@@ -224,3 +235,57 @@ def test_a_pretraining_job_of_two_ranks_runs_as_two_slurm_tasks(slurm, tmp_path)
     meta = json.loads((out / "runs" / "electra" / "pretrain" / "run.json").read_text())
     assert meta["step"] == 24 and [s["world_size"] for s in meta["sessions"]] == [2]
     assert json.loads((out / "runs" / "electra" / "glue" / "results.json").read_text())["tasks"]
+
+
+def test_with_no_resource_flags_a_cpu_only_partition_is_fitted(slurm, world, tmp_path, capsys):
+    """The default (a GPU a job, 4 CPUs) on a node of 2 CPUs and no GPUs: fitted before anything is submitted, said
+    in the plan, and the sweep runs."""
+    out = tmp_path / "out"
+    assert cli_main(glue(world, out, "--max-steps", "5", "--executor", "slurm", *FAST_POLL)) == 0
+    said = capsys.readouterr().out
+    assert "on SLURM: each (task, seed) one element of a job array (2 CPUs, 24 h); fitted to partition debug: " in said
+    assert "0 GPUs a job (partition debug has none); 2 CPUs a job (a node has 2)" in said
+    assert len(runs(out)) == 3
+
+
+def test_a_request_no_node_can_give_is_refused_within_seconds_in_one_line(slurm, world, tmp_path):
+    out = tmp_path / "out"
+    start = time.monotonic()
+    proc = subprocess.run(
+        cli_command(*glue(world, out, "--max-steps", "5", *SLURM, "--cpus-per-job", "64", *FAST_POLL)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and time.monotonic() - start < 60, proc.stderr[-2000:]
+    assert lines[-1].startswith("electra glue: error: --cpus-per-job 64: no node of partition debug can run such a job")
+    assert "nothing was submitted" in lines[-1] and not (out / "slurm" / "jobs.json").exists()
+
+
+def test_two_submitters_started_at_once_on_one_folder_run_each_run_once(slurm, world, tmp_path):
+    out = tmp_path / "out"
+    args = glue(world, out, "--max-steps", "20", *SLURM, *FAST_POLL)
+    procs = [start_cli(*args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    said = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in said]
+    assert sorted(job_ids(out)) == ["glue/rte/0", "glue/rte/1", "glue/rte/2"] and len(runs(out)) == 3
+    logs = sorted(p.name for p in (out / "slurm").glob("*_0_log.out"))
+    assert len(logs) == 3, logs  # three jobs ran in all, not six
+    assert sum("submitted 3 jobs to SLURM" in o for o, _ in said) == 1
+    assert sum("following 3 jobs already queued or running" in o for o, _ in said) == 1
+
+
+def test_a_held_job_ends_the_wait_at_once_naming_the_command_that_releases_it(slurm, world, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        cli_command(*glue(world, out, "--max-steps", "5", "--seeds", "1", *SLURM, "--sbatch=--hold", *FAST_POLL)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    job = job_ids(out)["glue/rte/0"]
+    assert f"glue/rte/0: job {job} cannot start: pending for JobHeldUser, held by its user: release it with " \
+        f"`scontrol release {job}`" in proc.stderr  # fmt: skip
+    subprocess.run(["scancel", job], check=True)
