@@ -24,6 +24,16 @@ from electra.utils.slurm import JobsFailed
 from electra.utils.wording import as_flags
 
 
+class Parser(argparse.ArgumentParser):
+    """Every parser of the command, a subcommand's own subcommands' too (`add_subparsers` makes its parsers of its
+    parent's class): no abbreviated flags, so `--max-step 100` is refused with a did-you-mean (`_flag_suggestion`)
+    instead of silently meaning --max-steps, and `--task sst2` instead of meaning --tasks."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def _add_quiet(p: argparse.ArgumentParser, what: str = "no progress bars") -> None:
     """The one quiet flag every command takes (commands without progress bars accept it too, for scripts)."""
     p.add_argument("--quiet", action="store_true", help=what)
@@ -823,7 +833,7 @@ def _flag_suggestion(parser: argparse.ArgumentParser, unknown: list[str]) -> str
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="electra",
         description="ELECTRA pretraining and GLUE transfer on a small compute budget.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -837,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         top.parse_args(argv[:1])  # exits with argparse's "invalid choice" message
     name = argv[0]
     help_text, add, run = COMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"electra {name}", description=help_text)
+    parser = Parser(prog=f"electra {name}", description=help_text)
     add(parser)
     args, unknown = parser.parse_known_args(argv[1:])
     if unknown:

@@ -161,6 +161,24 @@ def test_a_misspelled_flag_gets_a_did_you_mean(flag, capsys):
     assert err == f"electra tokenizer: error: unrecognized arguments: {' '.join(flag)}; did you mean --vocab-size?"
 
 
+@pytest.mark.parametrize(
+    "argv, flag, meant",
+    [
+        (["pretrain", "--config", "tiny", "--out", "x", "--max-step", "100"], "--max-step 100", "--max-steps"),
+        (["glue", "--model", "m", "--out", "x", "--task", "sst2"], "--task sst2", "--tasks"),
+        (["tokenizer", "train", "in.txt", "--out", "x", "--vocab", "300"], "--vocab 300", "--vocab-size"),
+    ],
+)
+def test_an_abbreviated_flag_is_refused_naming_the_flag_it_is_short_for(argv, flag, meant, capsys):
+    """argparse's prefix matching took `--max-step 100` as --max-steps and `glue --task sst2` as --tasks (5 seeds of
+    SST-2 started); every parser, a subcommand's subcommands' too, refuses them before anything runs."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"electra {argv[0]}: error: unrecognized arguments: {flag}; did you mean {meant}?"
+
+
 def test_a_key_named_as_the_original_code_names_it_gets_ours():
     """google-research/electra's learning_rate is our lr: difflib finds nothing that close, the alias does."""
     with pytest.raises(ConfigError, match=r"unknown key 'train\.learning_rate'; did you mean 'train\.lr'\?"):
