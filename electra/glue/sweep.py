@@ -49,7 +49,7 @@ from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.machine import choose_threads
-from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
+from electra.utils.processes import PARENT_ENV, THREADS_SHARE_ENV, stop_with_parent, usable_cpus
 from electra.utils.slurm import EXECUTORS, Job, JobsFailed, SlurmOptions, check_options, run_jobs
 from electra.utils.wording import argument, plural
 
@@ -182,6 +182,8 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
         for name, d in data.items():
             print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
         pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
+        if len(pending) < len(runs):  # said here, once, not by each worker
+            print(f"skipping {len(runs) - len(pending)} finished run(s) in {out}")
         pretrained = load_pretrained(spec.model, spec.tokenizer) if pending else None  # a bad model fails now
         devices = spec.devices or [spec.device] * spec.num_workers
         codes: list[int] = []
@@ -247,11 +249,13 @@ def work(
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
     if device.type == "cpu":
-        log.info("threads %d (%s)", *choose_threads(cfg.threads))
+        threads, why = choose_threads(cfg.threads)  # OMP_NUM_THREADS in a worker: what spawn_workers set, and why
+        log.info(
+            "%s (%s)",
+            plural(threads, "thread"),
+            os.environ.get(THREADS_SHARE_ENV, why) if why == "OMP_NUM_THREADS" else why,
+        )
     todo = [(t, s) for t in data for s in spec.seeds]
-    done = [(t, s) for t, s in todo if (run_dir(out, t, s) / "result.json").exists()]
-    if done:
-        print(f"skipping {len(done)} finished run(s) in {out}")
     prepared, finished = {}, 0
     for i, (task, seed) in enumerate(todo, 1):
         rdir = run_dir(out, task, seed)
@@ -497,7 +501,8 @@ def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], 
     path = out / "worker_spec.json"
     write_json(path, dataclasses.asdict(spec))
     threads = max(1, usable_cpus() // len(devices))  # CPU workers split the cores
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
+    share = f"the sweep's share of {plural(usable_cpus(), 'core')}, {plural(len(devices), 'worker')}"
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), THREADS_SHARE_ENV: share, PARENT_ENV: str(os.getpid())}
     command = [sys.executable, "-m", "electra.glue.sweep", str(path)]
     procs = [subprocess.Popen([*command, dev], env=env, process_group=0) for dev in devices]
     try:
