@@ -74,7 +74,7 @@ class SweepSpec:
     """A GLUE folder: the original TSVs (CoLA/, SST-2/, ...), or per task nyu-mll/glue's config saved by `datasets`
     (rte/ from save_to_disk) or as the hub repo's Parquet files (rte/train-00000-of-00001.parquet, ...). None:
     nyu-mll/glue from the hub (offline: from the local datasets cache)."""
-    seeds: list[int] = field(default_factory=lambda: list(range(5)))
+    seeds: list[int] = field(default_factory=lambda: list(range(3)))
     tokenizer: str | None = None
     """A tokenizer folder, when none comes with the model."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
