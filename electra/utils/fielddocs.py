@@ -10,6 +10,8 @@ import inspect
 import textwrap
 
 FIELDS_HEADING = "Fields:"
+WRAP = 100  # characters per line of a field's docstring in help(): pydoc's 4-character margin and the 8-character
+# indent below keep it under the 120 of the code's lines (pyproject.toml, ruff)
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -45,6 +47,6 @@ def document_fields(cls: type) -> type:
     for f in dataclasses.fields(cls):
         lines.append(f"    {f.name}: {f.type if isinstance(f.type, str) else f.type.__name__}{_default(f)}")
         if f.name in docs:
-            lines += textwrap.wrap(docs[f.name], 100, initial_indent=" " * 8, subsequent_indent=" " * 8)
+            lines += textwrap.wrap(docs[f.name], WRAP, initial_indent=" " * 8, subsequent_indent=" " * 8)
     cls.__doc__ = "\n".join([doc, *lines])
     return cls
