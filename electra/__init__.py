@@ -11,6 +11,7 @@ Each name is imported on first use, so `import electra` itself loads neither tor
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 API = {
@@ -38,6 +39,10 @@ def __getattr__(name: str):
     if name not in API:
         raise AttributeError(f"module 'electra' has no attribute {name!r}")
     value = getattr(importlib.import_module(API[name]), name)
+    if isinstance(value, type) and dataclasses.is_dataclass(value):  # SweepSpec, StudySpec: help() shows each field
+        from electra.utils.fielddocs import document_fields
+
+        document_fields(value)
     globals()[name] = value  # the next access is a plain lookup
     return value
 

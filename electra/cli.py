@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,16 @@ from typing import NoReturn
 from electra.executors.jobs import JobsDetached, JobsFailed
 from electra.utils.errors import RankFailedError
 from electra.utils.wording import as_flags
+
+
+class Parser(argparse.ArgumentParser):
+    """Every parser of the command, a subcommand's own subcommands' too (`add_subparsers` makes its parsers of its
+    parent's class): no abbreviated flags, so `--max-step 100` is refused with a did-you-mean (`_flag_suggestion`)
+    instead of silently meaning --max-steps, and `--task sst2` instead of meaning --tasks."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
 
 def _add_quiet(p: argparse.ArgumentParser, what: str = "no progress bars") -> None:
@@ -221,19 +232,37 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
     if meta.stopped_by_signal:
-        print(f"stopped at step {meta.step} by signal {meta.stopped_by_signal}; continue with --resume auto")
+        print(f"stopped at step {meta.step} by signal {meta.stopped_by_signal}; continue with: {resume_command(args)}")
         return 128 + meta.stopped_by_signal
     if cfg.objective.kind == "none":
-        print(
-            f"wrote the no-pretraining baseline (the initialised model, step 0, 0 FLOPs) to {args.out}: "
-            f"fine-tune it with `electra glue --model {args.out}`"
-        )
+        print(f"wrote the no-pretraining baseline (the initialised model, step 0, 0 FLOPs) to {args.out}")
+        print(next_glue_line(args))
         return 0
     status = "the discriminator collapsed: see run.json" if meta.collapsed else "ok"
     print(f"finished step {meta.step} ({status}); run folder {args.out}")
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: once
         print(held_out_line(args.out))
+        print(next_glue_line(args))
     return 0
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command that continues a stopped pretraining run: the one given, its --resume (if any) as --resume auto."""
+    words, skip = [], False
+    for word in args.argv:
+        if skip or word == "--resume" or word.startswith("--resume="):
+            skip = word == "--resume"
+            continue
+        words.append(word)
+    return shlex.join([*invoked_as(), *words, "--resume", "auto"])
+
+
+def next_glue_line(args: argparse.Namespace) -> str:
+    """`pretrain`'s last line: the command that fine-tunes the run over seeds (the `cpu` recipe for a model of the
+    `cpu` preset: docs/glue.md), into the folder beside it."""
+    recipe = ["--recipe", "cpu"] if args.config == "cpu" else []
+    command = [*invoked_as(), "glue", "--model", args.out, *recipe, "--out", f"{args.out.rstrip('/')}-glue"]
+    return f"next: {shlex.join(command)} (--tasks and --glue-dir choose the tasks and where their files are)"
 
 
 def held_out_line(run_dir: str) -> str:
@@ -278,23 +307,6 @@ GLUE_FLAGS = {
 }
 
 
-def _field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a dataclass (the string under each field), for --help."""
-    import ast
-    import inspect
-    import textwrap
-
-    try:
-        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    except (OSError, TypeError):  # no source (e.g. a frozen install): plain help
-        return {}
-    docs = {}
-    for field, doc in zip(body, body[1:], strict=False):
-        if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
-            docs[field.target.id] = " ".join(str(doc.value.value).split())
-    return docs
-
-
 GLUE_DIRS_HELP = f"; repeatable, or folders joined by {os.pathsep!r}: each task from the first that holds it"
 
 
@@ -308,6 +320,7 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
 
     from electra.config import FinetuneConfig, recipe_names
     from electra.glue.tasks import GLUE_TASKS
+    from electra.utils.fielddocs import field_docs
 
     p.add_argument(
         "--model",
@@ -323,7 +336,7 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
         "nyu-mll/glue from the hub (offline, HF_HUB_OFFLINE=1: from the local datasets cache)"
     )
     p.add_argument("--glue-dir", action="append", default=None, help=glue_dir + GLUE_DIRS_HELP)
-    p.add_argument("--seeds", default="5", help="N for seeds 0..N-1, or a comma list of seeds (default 5)")
+    p.add_argument("--seeds", default="3", help="N for seeds 0..N-1, or a comma list of seeds (default 3)")
     p.add_argument("--out", required=True, help="output folder; rerunning with the same folder resumes")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder, if none comes with the model")
     g = p.add_argument_group("fine-tuning recipe (docs/glue.md); the flags below are shortcuts for --set keys")
@@ -334,7 +347,7 @@ def _add_glue(p: argparse.ArgumentParser) -> None:
     )
     overrides = "any fine-tuning value, e.g. --set finetune.lr=1e-4 (repeatable; applied after the flags)"
     g.add_argument("--set", action="append", default=[], metavar="finetune.KEY=VALUE", help=overrides)
-    hints, docs = typing.get_type_hints(FinetuneConfig), _field_docs(FinetuneConfig)
+    hints, docs = typing.get_type_hints(FinetuneConfig), field_docs(FinetuneConfig)
     for dest, key in GLUE_FLAGS.items():
         tp = hints[key]
         kind = next((t for t in typing.get_args(tp) if t is not type(None)), tp)  # int | None -> int
@@ -663,12 +676,13 @@ def _add_flops(p: argparse.ArgumentParser) -> None:
     wall.add_argument("--days", type=float, default=None, help="wall-clock days of the run")
     wall.add_argument("--hours", type=float, default=None, help="wall-clock hours of the run")
     wall.add_argument("--ms-per-step", type=float, default=None, help="a measured step time (electra bench)")
-    _add_quiet(p, "accepted for scripts; flops prints one JSON line")
+    p.add_argument("--json", action="store_true", help="print the numbers as one JSON line instead")
+    _add_quiet(p, "accepted for scripts; flops draws no progress bar")
 
 
 def _run_flops(args: argparse.Namespace) -> int:
     from electra.config import load_config
-    from electra.modeling.flops import DEVICE_PEAK_TFLOPS, flops_report
+    from electra.modeling.flops import DEVICE_PEAK_TFLOPS, flops_lines, flops_report
 
     overrides = list(args.set)
     if args.batch_size is not None:
@@ -684,7 +698,7 @@ def _run_flops(args: argparse.Namespace) -> int:
         days = args.ms_per_step * steps / 1000 / 86400
     peak = DEVICE_PEAK_TFLOPS[args.device] if args.device else args.device_tflops
     report = flops_report(cfg, steps, days=days, peak_tflops=peak, gpus=args.gpus)
-    print(json.dumps({"preset": args.preset, **report}))
+    print(json.dumps({"preset": args.preset, **report}) if args.json else "\n".join(flops_lines(report, args.preset)))
     return 0
 
 
@@ -840,7 +854,7 @@ def _flag_suggestion(parser: argparse.ArgumentParser, unknown: list[str]) -> str
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="electra",
         description="ELECTRA pretraining and GLUE transfer on a small compute budget.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -854,12 +868,12 @@ def main(argv: list[str] | None = None) -> int:
         top.parse_args(argv[:1])  # exits with argparse's "invalid choice" message
     name = argv[0]
     help_text, add, run = COMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"electra {name}", description=help_text)
+    parser = Parser(prog=f"electra {name}", description=help_text)
     add(parser)
     args, unknown = parser.parse_known_args(argv[1:])
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{_flag_suggestion(parser, unknown)}")
-    args.command_line = shlex.join(["electra", *argv])  # what an interrupted glue or study prints to continue
+    args.argv, args.command_line = argv, shlex.join([*invoked_as(), *argv])  # what an interrupted run prints
     try:
         code = run(args) or 0
     except KeyboardInterrupt:
@@ -874,6 +888,19 @@ def main(argv: list[str] | None = None) -> int:
     if name == "pretrain" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _leave_rank(code)
     return code
+
+
+def invoked_as(argv0: str | None = None) -> list[str]:
+    """How the user started `electra` (`argv0`, default sys.argv[0]), as the first words of a command printed for
+    them to run next: `electra` where that is the program on PATH, else the path they ran (`.venv/bin/electra` when
+    the virtual environment is not activated), or this interpreter with `-m electra.cli`."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).name in ("cli.py", "__main__.py"):  # python -m electra.cli (or a runner that imports it)
+        return [sys.executable, "-m", "electra.cli"]
+    on_path = shutil.which("electra")
+    if on_path is not None and Path(argv0).exists() and os.path.samefile(on_path, argv0):
+        return ["electra"]
+    return [argv0]
 
 
 def _error_line(err: BaseException, flags: dict[str, str]) -> str:

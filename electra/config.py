@@ -261,6 +261,49 @@ def uniform_replace_at(step: int, objective: ObjectiveConfig) -> float:
     return annealed(step, o.uniform_replace_start, o.uniform_replace_prob, o.uniform_replace_steps)
 
 
+def sampling_at(step: int, objective: ObjectiveConfig) -> dict[str, float]:
+    """What the generator sampled with at the update made at `step`, as metrics.jsonl's rows and run.json record it
+    beside the lr: `temperature`, and `uniform_replace` where uniform replacements are mixed in (annealed or not);
+    {} for the masked LM and for no pretraining, which sample nothing."""
+    if objective.kind != "electra":
+        return {}
+    said = {"temperature": temperature_at(step, objective)}
+    if objective.uniform_replace_start is not None or objective.uniform_replace_prob > 0:
+        said["uniform_replace"] = uniform_replace_at(step, objective)
+    return said
+
+
+def schedule_warnings(cfg: PretrainConfig) -> list[str]:
+    """A line for each sampling schedule longer than the run (objective.temperature_steps or uniform_replace_steps
+    past train.max_steps): such a run trains to its end on easier replacements than the end point, while its
+    held-out evaluations sample at the end point (training/evaluation.py), so it never trains on what it is scored
+    on. Empty when every schedule ends within the run."""
+    o, steps = cfg.objective, cfg.train.max_steps
+    if o.kind != "electra":
+        return []
+    schedules = (  # (its length's key, its end point's key, what it anneals, where it starts, its length)
+        ("temperature_steps", "temperature", "temperature", o.temperature_start, o.temperature_steps),
+        (
+            "uniform_replace_steps",
+            "uniform_replace_prob",
+            "a uniform-replacement share of",
+            o.uniform_replace_start,
+            o.uniform_replace_steps,
+        ),
+    )
+    lines = []
+    for length_key, end_key, what, start, length in schedules:
+        if start is None or length <= steps:
+            continue
+        end, last = getattr(o, end_key), sampling_at(steps - 1, o)[end_key.removesuffix("_prob")]
+        lines.append(
+            f"objective.{length_key} {length:,} exceeds train.max_steps {steps:,}: the run's last step samples at "
+            f"{what} {last:.3g}, its held-out evaluations at objective.{end_key} {end:g}, so it ends on easier "
+            f"replacements than those it is scored on; objective.{length_key}={steps} ends the schedule with the run"
+        )
+    return lines
+
+
 def masking_split(objective: ObjectiveConfig) -> tuple[float, float]:
     """(shown as [MASK], replaced by a random token) fractions of the chosen positions; the rest stay unchanged."""
     return (BERT_MASK_PROB, BERT_RANDOM_PROB) if objective.kind == "mlm" else (objective.mask_token_prob, 0.0)

@@ -72,3 +72,28 @@ def test_the_example_in_docs_api_md_runs_as_written(tmp_path, monkeypatch, capsy
         assert r["steps"] == 10 and r["loss_start"] != r["loss_end"], record
     assert (runs / "report" / "report.md").exists()
     assert f"report: {Path('runs/report/report.md')}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["SweepSpec", "StudySpec"])
+def test_help_on_a_spec_shows_each_field_with_its_type_default_and_docstring(name):
+    """docs/api.md: `help(electra.SweepSpec)` lists the fields with their meaning. Python keeps no attribute
+    docstrings, so `import electra` writes them into the class docstring."""
+    import dataclasses
+    import pydoc
+
+    import electra
+    from electra.utils.fielddocs import field_docs
+
+    cls = getattr(electra, name)
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    flat = " ".join(" ".join(line.removeprefix(" |") for line in text.splitlines()).split())  # pydoc's margin off
+    docs = field_docs(cls)
+    assert len(docs) >= 8  # the documented fields: most of them
+    for f in dataclasses.fields(cls):
+        assert f"{f.name}: {f.type}" in flat, f.name
+        if f.name in docs:
+            assert f"{f.name}: {f.type}" in flat and docs[f.name] in flat, f.name
+    if name == "SweepSpec":  # the default seeds, as `electra glue` takes them (README's commands pass --seeds 3)
+        assert "seeds: list[int] = [0, 1, 2]" in flat
+        assert "glue_dir: str | None = None A GLUE folder: the original TSVs (CoLA/, SST-2/, ...)" in flat
+    assert cls.__doc__.count("Fields:") == 1 and getattr(electra, name) is cls  # written once

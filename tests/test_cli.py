@@ -3,9 +3,15 @@ printed as people write them."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import shlex
+import signal
+import sys
+
 import pytest
 
-from electra.cli import COMMANDS, main
+from electra.cli import COMMANDS, invoked_as, main, resume_command
 from electra.config import ConfigError, load_config
 from electra.utils.wording import budget, plural
 
@@ -130,7 +136,7 @@ def test_pretrain_ends_with_the_held_out_numbers_and_the_gates_word(tmp_path, ca
         )
         == 0
     )
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    *_, last, next_line = capsys.readouterr().out.strip().splitlines()
     ev = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_disc_auc" in r][-1]
     assert last.startswith("held-out at step 2: MLM at [MASK]: accuracy ")
     assert (
@@ -139,6 +145,55 @@ def test_pretrain_ends_with_the_held_out_numbers_and_the_gates_word(tmp_path, ca
     assert f"loss {ev['eval_masked_loss']:.3f} vs token frequencies {ev['eval_mlm_unigram_loss']:.3f} nats" in last
     assert f"discriminator AUC {round(ev['eval_disc_auc'], 3)} not > 0.6" in last
     assert last.endswith("the gate says: NEVER LEARNED")  # 2 steps learn nothing
+    glue = shlex.join([*invoked_as(), "glue", "--model", str(out), "--out", f"{out}-glue"])
+    assert next_line == f"next: {glue} (--tasks and --glue-dir choose the tasks and where their files are)"
+
+
+def test_a_printed_command_starts_with_the_electra_the_user_ran(tmp_path, monkeypatch):
+    """`electra` only where that is the program on PATH; the path run otherwise (.venv/bin/electra, .venv not
+    activated); `python -m electra.cli` as this interpreter with -m."""
+    venv = tmp_path / ".venv" / "bin" / "electra"
+    venv.parent.mkdir(parents=True)
+    venv.write_text("#!/bin/sh\n")
+    other = tmp_path / "elsewhere" / "electra"
+    other.parent.mkdir()
+    other.write_text("#!/bin/sh\n")
+    monkeypatch.setattr("shutil.which", lambda name: str(venv) if name == "electra" else None)
+    assert invoked_as(str(venv)) == ["electra"]
+    assert invoked_as(str(other)) == [str(other)]  # another electra is first on PATH
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert invoked_as(".venv/bin/electra") == [".venv/bin/electra"]
+    assert invoked_as("/src/electra/cli.py") == [sys.executable, "-m", "electra.cli"]
+
+
+def test_pretrain_stopped_by_ctrl_c_prints_the_whole_command_that_continues_it(tmp_path, monkeypatch, capsys):
+    """SIGINT at step 2 (from inside the loop): the last line names the command as given, --resume auto added (or
+    put in place of another --resume); run as printed, it finishes the run."""
+    import os
+
+    import electra.training.loop as loop
+
+    real = loop.step_batches
+
+    def interrupted(run, step, host=None):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(run, step, host)
+
+    monkeypatch.setattr(loop, "step_batches", interrupted)
+    argv = ["pretrain", "--config", "tiny", "--max-steps", "6", "--batch-size", "4", "--out", str(tmp_path / "run")]
+    argv += ["--set", "train.eval_batches=1", "--quiet"]
+    assert main(argv) == 128 + signal.SIGINT
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    step = json.loads((tmp_path / "run" / "run.json").read_text())["step"]
+    command = shlex.join([*invoked_as(), *argv, "--resume", "auto"])
+    assert last == f"stopped at step {step} by signal 2; continue with: {command}"
+    monkeypatch.setattr(loop, "step_batches", real)
+    assert main(shlex.split(command)[len(invoked_as()) :]) == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["step"] == 6
+    again = argparse.Namespace(argv=[*argv[:3], "--resume", "runs/x/checkpoints/step_00000002", *argv[3:]])
+    assert resume_command(again) == command  # the checkpoint named before becomes auto, once
+    assert resume_command(argparse.Namespace(argv=[*argv, "--resume=auto"])) == command
 
 
 def test_pretrain_help_lists_the_presets_folder(capsys):
@@ -159,6 +214,24 @@ def test_a_misspelled_flag_gets_a_did_you_mean(flag, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == f"electra tokenizer: error: unrecognized arguments: {' '.join(flag)}; did you mean --vocab-size?"
+
+
+@pytest.mark.parametrize(
+    "argv, flag, meant",
+    [
+        (["pretrain", "--config", "tiny", "--out", "x", "--max-step", "100"], "--max-step 100", "--max-steps"),
+        (["glue", "--model", "m", "--out", "x", "--task", "sst2"], "--task sst2", "--tasks"),
+        (["tokenizer", "train", "in.txt", "--out", "x", "--vocab", "300"], "--vocab 300", "--vocab-size"),
+    ],
+)
+def test_an_abbreviated_flag_is_refused_naming_the_flag_it_is_short_for(argv, flag, meant, capsys):
+    """argparse's prefix matching took `--max-step 100` as --max-steps and `glue --task sst2` as --tasks (5 seeds of
+    SST-2 started); every parser, a subcommand's subcommands' too, refuses them before anything runs."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"electra {argv[0]}: error: unrecognized arguments: {flag}; did you mean {meant}?"
 
 
 def test_a_key_named_as_the_original_code_names_it_gets_ours():

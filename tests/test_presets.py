@@ -1,4 +1,5 @@
-"""Every preset in electra/configs against the recipe it claims, value by value.
+"""Every preset in electra/configs against the recipe it claims, value by value; every objective and training key
+of a faithful preset against OFF's value (or ours, where the tables below say why).
 
 Sources (google-research/electra, "OFF"):
   configure_pretraining.py   PretrainingConfig: losses, mask_prob, lr, warmup, steps, batch, length, vocab, the
@@ -17,9 +18,73 @@ The study's preset (cccwam/rc2020_electra, src/models/train_model_pretraining.py
 changes the options listed in electra/configs/small-study.yaml.
 """
 
+import dataclasses
+
 import pytest
 
-from electra.config import ObjectiveConfig, load_config, preset_names
+from electra.config import ObjectiveConfig, TrainConfig, load_config, preset_names
+
+# Every objective and training key, with OFF's value (configure_pretraining.py unless said) ...
+OFF_OBJECTIVE = {
+    "objective.kind": "electra",  # electra_objective = True
+    "objective.masking": "fixed",  # pretrain_helpers.mask: max_predictions_per_seq slots per sequence
+    "objective.position_sampling": "with_replacement",  # pretrain_helpers.mask: tf.random.categorical
+    "objective.mask_prob": 0.15,  # mask_prob = 0.15
+    "objective.mask_token_prob": 0.85,  # pretrain_helpers.mask: 85% [MASK], 15% kept, no random tokens
+    "objective.replace": "all",  # run_pretraining.py _get_fake_data: samples replace every masked position
+    "objective.temperature": 1.0,  # temperature = 1.0
+    "objective.temperature_start": None,  # no schedule: the constant temperature ...
+    "objective.temperature_steps": 0,  # ... at every step
+    "objective.uniform_replace_prob": 0.0,  # every replacement is the generator's sample (none drawn uniformly) ...
+    "objective.uniform_replace_start": None,  # ... at every step
+    "objective.uniform_replace_steps": 0,
+    "objective.disallow_correct": False,  # disallow_correct = False
+    "objective.generator_weight": 1.0,  # gen_weight = 1.0
+    "objective.discriminator_weight": 50.0,  # disc_weight = 50.0
+    "objective.disc_on_special": True,  # run_pretraining.py: the discriminator loss over input_mask
+}
+OFF_TRAIN = {
+    "train.max_steps": 1_000_000,  # num_train_steps
+    "train.batch_size": 128,  # train_batch_size
+    "train.optimizer": "adam",  # model/optimization.py AdamWeightDecayOptimizer: no bias correction
+    "train.lr": 5e-4,  # learning_rate
+    "train.lr_width": None,  # one learning rate at any width
+    "train.generator_lr_scale": 1.0,  # one optimizer, one learning rate for generator and discriminator
+    "train.schedule": "original",  # model/optimization.py: polynomial decay (lr_decay_power 1.0) times linear warmup
+    "train.warmup_steps": 10_000,  # num_warmup_steps
+    "train.decay_steps": None,  # the decay reaches 0 at num_train_steps
+    "train.weight_decay": 0.01,  # weight_decay_rate
+    "train.beta1": 0.9,  # model/optimization.py
+    "train.beta2": 0.999,
+    "train.eps": 1e-6,
+    "train.grad_clip": 1.0,  # model/optimization.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
+}
+# ... and the keys where a faithful preset keeps ours: how OFF's computation is carried out, or what it has no
+# counterpart for. None of them changes the recipe; each says why.
+OURS_OBJECTIVE = {
+    # OFF: scatter_update of a position drawn twice writes the floor of the mean of the two samples there, a side
+    # effect (electra/config.py ObjectiveConfig.repeated_draws); "original" reproduces it
+    "objective.repeated_draws": "once",
+    # OFF: Gumbel-max (pretrain_helpers.sample_from_softmax); the same distribution, one uniform per slot
+    "objective.sampler": "inverse_cdf",
+}
+OURS_TRAIN = {
+    "train.micro_batch_size": None,  # accumulation gives the whole batch's gradient (tests/training/test_pretrain.py)
+    "train.max_memory_gb": None,
+    "train.precision": "auto",  # OFF trains in fp32; auto is fp32 on CPU and bf16 on CUDA devices that have it
+    "train.tf32": True,
+    "train.compile": None,
+    "train.seed": 0,
+    "train.log_every": 100,
+    "train.eval_every": 5000,  # OFF evaluates after training only (do_eval, num_eval_steps 100)
+    "train.eval_batches": 20,
+    "train.save_every": 10_000,  # OFF: save_checkpoints_steps 1000; where a run saves changes none of its numbers
+    "train.keep_last": 3,
+    "train.max_nonfinite": 20,
+    "train.collapse_patience": 3,
+    "train.stop_on_collapse": False,
+    "train.threads": "auto",
+}
 
 SMALL = {
     # model: util/training_utils.py get_bert_config("small"), configure_pretraining.py embedding_size 128
@@ -40,34 +105,13 @@ SMALL = {
     "model.layer_norm_eps": 1e-12,  # tf.contrib.layers.layer_norm
     "model.initializer_range": 0.02,
     "model.init": "original",
-    # objective: configure_pretraining.py and pretrain/pretrain_helpers.py
-    "objective.masking": "fixed",
-    "objective.position_sampling": "with_replacement",
-    "objective.mask_prob": 0.15,
-    "objective.mask_token_prob": 0.85,
-    "objective.replace": "all",
-    "objective.temperature": 1.0,
-    "objective.disallow_correct": False,
-    "objective.generator_weight": 1.0,
-    "objective.discriminator_weight": 50.0,
-    "objective.disc_on_special": True,
+    **OFF_OBJECTIVE,
+    **OURS_OBJECTIVE,
     "num_mask_slots": 19,  # int((0.15 + 0.005) * 128)
     "data.seq_len": 128,
     "data.builder": "static",  # build_pretraining_dataset.py: packed [CLS] A [SEP] B [SEP] examples
-    # train: configure_pretraining.py and model/optimization.py
-    "train.lr": 5e-4,
-    "train.batch_size": 128,
-    "train.max_steps": 1_000_000,
-    "train.warmup_steps": 10_000,
-    "train.weight_decay": 0.01,
-    "train.beta1": 0.9,
-    "train.beta2": 0.999,
-    "train.eps": 1e-6,
-    "train.grad_clip": 1.0,
-    "train.optimizer": "adam",
-    "train.schedule": "original",
-    # Ours, not OFF: OFF trains in fp32; "auto" is fp32 on CPU and bf16 on CUDA devices that have it.
-    "train.precision": "auto",
+    **OFF_TRAIN,
+    **OURS_TRAIN,
 }
 GENERATOR_256 = {  # 256 hidden, 4 heads, FFN 1024 (base: 768 / 3, large: 1024 / 4)
     "model.generator.hidden_size": 256,
@@ -127,6 +171,14 @@ def value(cfg, dotted: str):
     for part in dotted.split("."):
         node = getattr(node, part)
     return node
+
+
+def test_the_tables_name_every_objective_and_training_key_once():
+    """A key added to ObjectiveConfig or TrainConfig must be placed: OFF's value, or ours with the reason."""
+    keys = {f"objective.{f.name}" for f in dataclasses.fields(ObjectiveConfig)}
+    keys |= {f"train.{f.name}" for f in dataclasses.fields(TrainConfig)}
+    tables = [OFF_OBJECTIVE, OURS_OBJECTIVE, OFF_TRAIN, OURS_TRAIN]
+    assert sum(len(t) for t in tables) == len(keys) and set().union(*tables) == keys
 
 
 def test_every_preset_is_covered():

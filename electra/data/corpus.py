@@ -28,6 +28,7 @@ import numpy as np
 
 from electra.utils.errors import CorruptFileError, InputError
 from electra.utils.files import sha256_file, verify_digests
+from electra.utils.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ TOKENS_FILE, DOCS_FILE, LINES_FILE, META_FILE = "tokens.bin", "documents.npy", "
 TOKENIZER_FILE = "tokenizer/tokenizer.json"
 HASHED_FILES = (TOKENS_FILE, DOCS_FILE, LINES_FILE)
 """Their sha256 is metadata.json's `sha256` (the tokenizer's is `tokenizer_sha256`)."""
+MIN_DOCUMENTS = 2
+"""Pretraining holds documents out for its held-out evaluation (`split_documents`: at least one) and trains on the
+others: a corpus of fewer cannot be split, and would fail inside the first evaluation."""
 EVAL_SPLIT_SEED = 0x5EED
 """The held-out documents depend only on the corpus, not on the run seed, so runs with different seeds are
 evaluated on the same documents."""
@@ -67,22 +71,28 @@ class TokenCorpus:
         return np.asarray(self.tokens[self.doc_offsets[d] : self.doc_offsets[d + 1]])
 
 
-def split_documents(num_documents: int, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """(train_doc_ids, eval_doc_ids), sorted: a fixed random `eval_fraction` of the documents is held out.
+def too_few_documents(num_documents: int, where: str) -> str | None:
+    """Why a corpus of `num_documents` (read from `where`) cannot be split into training and held-out documents, or
+    None when it can (MIN_DOCUMENTS or more)."""
+    if num_documents >= MIN_DOCUMENTS:
+        return None
+    return (
+        f"{where}: {plural(num_documents, 'document')}, too few to split into training and held-out documents "
+        f"(pretraining holds at least one out for its evaluation and needs {MIN_DOCUMENTS})"
+    )
 
-    At least one document goes to each side when there are two or more, so evaluation always has data.
-    """
+
+def split_documents(num_documents: int, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(train_doc_ids, eval_doc_ids), sorted: a fixed random `eval_fraction` of the documents is held out, at
+    least one on each side, so evaluation always has data (fewer than MIN_DOCUMENTS documents: refused)."""
     if not 0 <= eval_fraction < 1:
         raise ValueError(f"data.eval_fraction must be in [0, 1), got {eval_fraction}")
-    if num_documents == 0:
-        raise ValueError("the corpus has no documents")
-    n_eval = int(round(num_documents * eval_fraction))
-    if num_documents >= 2:
-        n_eval = min(max(n_eval, 1), num_documents - 1)
+    refused = too_few_documents(num_documents, "the corpus")
+    if refused:
+        raise InputError(refused)
+    n_eval = min(max(int(round(num_documents * eval_fraction)), 1), num_documents - 1)
     order = np.random.default_rng(EVAL_SPLIT_SEED).permutation(num_documents)
-    eval_ids = np.sort(order[:n_eval])
-    train_ids = np.sort(order[n_eval:]) if n_eval < num_documents else eval_ids
-    return train_ids.astype(np.int64), eval_ids.astype(np.int64)
+    return np.sort(order[n_eval:]).astype(np.int64), np.sort(order[:n_eval]).astype(np.int64)
 
 
 def read_metadata(folder: Path) -> dict:

@@ -41,6 +41,7 @@ from electra.data.corpus import (
     TOKENIZER_FILE,
     TOKENS_FILE,
     read_metadata,
+    too_few_documents,
 )
 from electra.data.encoding import LineEncoder
 from electra.data.sources import (
@@ -56,7 +57,7 @@ from electra.data.tokenizer import load_tokenizer
 from electra.utils.errors import DiskFullError, InputError, RefusedError, is_disk_full
 from electra.utils.faults import failpoint
 from electra.utils.files import folder_lock
-from electra.utils.wording import plural
+from electra.utils.wording import argument, plural
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 2 << 20  # text per worker task: large enough to amortise pickling, small enough to pipeline
@@ -136,6 +137,27 @@ def check_unknown_rate(meta: dict, inputs: list[str], allow_unknown_tokens: bool
     log.warning("%s", what)
 
 
+def check_splittable(meta: dict, inputs: list[str], read_options: ReadOptions) -> None:
+    """Refuse (InputError) a corpus too small to split into training and held-out documents, saying how the text
+    may be read as more documents (a text without blank lines is one document under the default separator)."""
+    refused = too_few_documents(meta["num_documents"], ", ".join(inputs))
+    if refused is None:
+        return
+    if read_options.doc_separator == "line":
+        raise InputError(f"{refused}; give it more text")
+    raise InputError(
+        f"{refused}: {SEPARATOR_READS[read_options.doc_separator]}; if each line of the text is a document, "
+        f"prepare it with {argument('read_options.doc_separator', 'line')}"
+    )
+
+
+SEPARATOR_READS = {
+    "blank": "a document ends at a blank line and the text has none between documents",
+    "file": "each file is one document",
+}
+"""How each --doc-separator but `line` reads a text as one document, for the refusal above."""
+
+
 def _check_existing(out: Path, tok_sha: str, fingerprint: str, overwrite: bool) -> dict | None:
     """The metadata of `out` if it is already this exact preparation; raise if it holds anything else."""
     if not out.exists() or overwrite:
@@ -195,6 +217,9 @@ def prepare(
             name = TOKENS_FILE
             meta = _tokenize(inputs, resolved, read_options, tok_json, tmp, workers, show_progress, allow_binary)
             check_unknown_rate(meta, inputs, allow_unknown_tokens)  # before anything is kept
+            check_splittable(meta, inputs, read_options)  # ... in one line
+            for warning in meta.pop("_warnings"):
+                log.warning("%s", warning)
             for name, array in ((DOCS_FILE, meta.pop("_doc_offsets")), (LINES_FILE, meta.pop("_line_offsets"))):
                 buf = io.BytesIO()
                 np.save(buf, array)
@@ -236,7 +261,8 @@ def _tokenize(
     allow_binary: bool,
 ) -> dict:
     """Write tmp/tokens.bin; returns the metadata so far, with the offset arrays under `_doc_offsets` and
-    `_line_offsets`. Warns of .txt files whose documents are few for their size (long_document_warnings)."""
+    `_line_offsets`, and under `_warnings` what to say of .txt files whose documents are few for their size
+    (long_document_warnings)."""
     from tokenizers import Tokenizer
     from tqdm import tqdm
 
@@ -279,8 +305,6 @@ def _tokenize(
         os.fsync(f.fileno())
     if num_tokens == 0:
         raise InputError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
-    for warning in long_document_warnings(stats, read_options.doc_separator):
-        log.warning("%s", warning)
     line_offsets = np.concatenate([[0], np.cumsum(np.concatenate(line_lengths))]).astype(np.int64)
     line_counts = np.concatenate(doc_line_counts)
     doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
@@ -308,6 +332,7 @@ def _tokenize(
         "workers": workers,
         "_doc_offsets": doc_offsets,
         "_line_offsets": line_offsets,
+        "_warnings": long_document_warnings(stats, read_options.doc_separator),  # said once it is not refused
     }
 
 

@@ -134,7 +134,9 @@ def train_tokenizer(
     _check_out_dir(out_dir, overwrite)  # before the work, not after it
     resolved = resolve_inputs(inputs, read_options)
     tok = new_tokenizer(kind)
-    common = dict(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=show_progress)
+    # the trainer's own bars (indicatif, on stdout) print an empty line per phase where stdout is no terminal, and
+    # one more on a terminal: the reading bar below stands for the whole, on stderr as every bar of ours
+    common = dict(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
     if kind == "bpe":
         trainer = trainers.BpeTrainer(initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **common)
     else:

@@ -71,11 +71,13 @@ def parent_gone() -> bool:
     return _parent_pid is not None and os.getppid() != _parent_pid
 
 
-def start_workers(module: str, arguments: list[list[str]], threads: int) -> list[subprocess.Popen]:
+def start_workers(
+    module: str, arguments: list[list[str]], threads: int, env: dict[str, str] | None = None
+) -> list[subprocess.Popen]:
     """One `python -m MODULE ARGS` process per entry of `arguments`, each with `threads` CPU threads
-    (OMP_NUM_THREADS) and this process's pid to stop with (PARENT_ENV). They run in a process group of their own,
-    so that Ctrl-C at a terminal reaches this process alone, which then stops them itself (`stop_workers`)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
+    (OMP_NUM_THREADS), this process's pid to stop with (PARENT_ENV) and `env`. They run in a process group of
+    their own, so that Ctrl-C at a terminal reaches this process alone, which then stops them (`stop_workers`)."""
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
     command = [sys.executable, "-m", module]
     return [subprocess.Popen([*command, *args], env=env, process_group=0) for args in arguments]
 

@@ -191,7 +191,7 @@ def pretraining_gate(model: str | None, step: int | None = None) -> Gate:
     if run is None:
         return Gate(None, ["not judged: no pretraining run of ours at hand (an HF folder or a hub model)"])
     try:  # files only, as `electra report` reads them (no torch)
-        kind = from_dict(yaml.safe_load((run / "config.yaml").read_text()), str(run / "config.yaml")).objective.kind
+        objective = from_dict(yaml.safe_load((run / "config.yaml").read_text()), str(run / "config.yaml")).objective
         run_step = json.loads((run / "run.json").read_text()).get("step", 0) if (run / "run.json").exists() else 0
         lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
         evals = held_out([json.loads(line) for line in lines if line.strip()])
@@ -199,9 +199,9 @@ def pretraining_gate(model: str | None, step: int | None = None) -> Gate:
         return Gate(None, [f"not judged: cannot read the pretraining run {run} ({' '.join(str(err).split())})"])
     if step is not None:  # the checkpoint's own evaluation, not one the run logged after it
         run_step, evals = step, [e for e in evals if e.get("step", 0) <= step]
-    if kind == "none" or run_step == 0:
+    if objective.kind == "none" or run_step == 0:
         return Gate(None, ["random initialisation, not pretrained"])
-    return learning_gate(kind, evals)
+    return learning_gate(objective.kind, evals, objective)
 
 
 def gate_lines(gate: Gate) -> list[str]:

@@ -55,7 +55,7 @@ from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.machine import choose_threads
-from electra.utils.processes import PARENT_ENV, stop_with_parent, usable_cpus
+from electra.utils.processes import PARENT_ENV, THREADS_SHARE_ENV, stop_with_parent, usable_cpus
 from electra.utils.wording import argument, plural, source_text
 
 log = logging.getLogger("electra.glue")
@@ -79,7 +79,7 @@ class SweepSpec:
     """A GLUE folder: the original TSVs (CoLA/, SST-2/, ...), or per task nyu-mll/glue's config saved by `datasets`
     (rte/ from save_to_disk) or as the hub repo's Parquet files (rte/train-00000-of-00001.parquet, ...). None:
     nyu-mll/glue from the hub (offline: from the local datasets cache)."""
-    seeds: list[int] = field(default_factory=lambda: list(range(5)))
+    seeds: list[int] = field(default_factory=lambda: list(range(3)))
     tokenizer: str | None = None
     """A tokenizer folder, when none comes with the model."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -228,6 +228,8 @@ def open_sweep(spec: SweepSpec) -> OpenSweep:
         log.warning("skipping %s: no %s data in %s", name, name, spec.glue_dir)
     runs = [(t.task.name, s) for t in tasks for s in spec.seeds]
     pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
+    if len(pending) < len(runs):  # said here, once, not by each worker
+        print(f"skipping {len(runs) - len(pending)} finished run(s) in {out}")
     source = model_source(spec.model) if pending else None
     header = check_sweep_header(out, spec, write=True, source=source)
     data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails now
@@ -280,11 +282,13 @@ def work(
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
     if device.type == "cpu":
-        log.info("threads %d (%s)", *choose_threads(cfg.threads))
+        threads, why = choose_threads(cfg.threads)  # OMP_NUM_THREADS in a worker: what spawn_workers set, and why
+        log.info(
+            "%s (%s)",
+            plural(threads, "thread"),
+            os.environ.get(THREADS_SHARE_ENV, why) if why == "OMP_NUM_THREADS" else why,
+        )
     todo = [(t, s) for t in data for s in spec.seeds]
-    done = [(t, s) for t, s in todo if (run_dir(out, t, s) / "result.json").exists()]
-    if done:
-        print(f"skipping {len(done)} finished run(s) in {out}")
     prepared, finished = {}, 0
     for i, (task, seed) in enumerate(todo, 1):
         rdir = run_dir(out, task, seed)
@@ -582,7 +586,10 @@ def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], 
     path = out / "worker_spec.json"
     write_json(path, dataclasses.asdict(spec))
     threads = max(1, usable_cpus() // len(devices))  # CPU workers split the cores
-    procs = start_workers("electra.glue.sweep", [[str(path), dev] for dev in devices], threads)
+    share = f"the sweep's share of {plural(usable_cpus(), 'core')}, {plural(len(devices), 'worker')}"
+    procs = start_workers(
+        "electra.glue.sweep", [[str(path), dev] for dev in devices], threads, {THREADS_SHARE_ENV: share}
+    )
     try:
         if on_runs is not None:  # the workers' runs end in other processes: count the result.json files they write
             done = finished_runs(out)

@@ -362,11 +362,29 @@ class ElectraForPretraining(nn.Module):
         return self.embeddings.word_embeddings.weight.detach() + self.discriminator_word_delta
 
     def set_temperature(self, temperature: float) -> None:
-        """The sampling temperature from now on (objective.temperature_start's schedule; in place: no recompile)."""
+        """The sampling temperature from now on (objective.temperature_start's schedule; in place: no recompile).
+        A model built without the schedule samples at its constant objective.temperature, a Python number the
+        compiled step keeps (and skips the division at 1): another value is refused, not ignored."""
+        obj = self.objective
+        if obj.temperature_start is None and temperature != obj.temperature:
+            raise ValueError(
+                f"set_temperature({temperature:g}): this model samples at its constant objective.temperature "
+                f"{obj.temperature:g} (objective.temperature_start is None); build it with objective.temperature="
+                f"{temperature:g}, or with a schedule (objective.temperature_start) to change it while it trains"
+            )
         self.temperature.fill_(temperature)
 
     def set_uniform_replace(self, fraction: float) -> None:
-        """The fraction of uniform replacements from now on (objective.uniform_replace_start's schedule)."""
+        """The fraction of uniform replacements from now on (objective.uniform_replace_start's schedule, or a
+        constant objective.uniform_replace_prob above 0). A model built with neither mixes none in: another value
+        than 0 is refused, not ignored."""
+        obj = self.objective
+        if obj.uniform_replace_start is None and obj.uniform_replace_prob == 0 and fraction != 0:
+            raise ValueError(
+                f"set_uniform_replace({fraction:g}): this model mixes no uniform replacements in "
+                "(objective.uniform_replace_prob 0, no objective.uniform_replace_start); build it with "
+                f"objective.uniform_replace_prob={fraction:g}, or with a schedule (objective.uniform_replace_start)"
+            )
         self.uniform_replace.fill_(fraction)
 
     def fine_tuning_body(self) -> Transformer:

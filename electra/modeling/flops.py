@@ -227,6 +227,28 @@ def flops_report(
     return out
 
 
+def flops_lines(report: dict, name: str) -> list[str]:
+    """`flops_report` as `electra flops` prints it for `name` (a preset or YAML file): what a run of the config does,
+    its FLOPs by the official accounting and in pfs-days, what the matmuls execute, and the wall clock's pfs-days
+    where they were given."""
+    r = report
+    lines = [
+        f"{name}: {r['steps']:,} steps x {r['batch_size']:,} sequences x {r['seq_len']:,} tokens",
+        f"  training FLOPs {r['total_flops']:.5g} = {r['pfs_days_of_flops']:.3g} pfs-days, as {r['method']}",
+        f"  executed {r['executed_total_flops']:.5g}, {r['executed_flops_per_step']:.4g} a step, "
+        f"{r['executed_flops_per_token']:.4g} a token: {r['executed_method']}",
+    ]
+    if "wall_days" in r:
+        wall = f"  wall clock {r['wall_hours']:.3g} h"
+        if "pfs_days" in r:
+            wall += (
+                f" on {r['gpus']} x {r['peak_tflops']:g} TFLOP/s at {r['utilisation']:.0%} of peak: "
+                f'{r["pfs_days"]:.3g} pfs-days (OpenAI\'s "AI and Compute" convention)'
+            )
+        lines.append(wall)
+    return lines
+
+
 def embedding_parameters(m: ModelConfig) -> int:
     """Word, position and type tables plus their LayerNorm (shared by generator and discriminator)."""
     positions = m.max_position_embeddings if m.position_embedding == "learned" else 0  # rotary: no table

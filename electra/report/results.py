@@ -111,7 +111,7 @@ def read_pretrain_run(path: str | Path) -> PretrainRun:
 def gate(run: PretrainRun | None) -> Gate:
     """Did pretraining leave the plateau? The learning gate (electra/training/health.py) on the run's last held-out
     evaluation; not judged without a run."""
-    return Gate(None) if run is None else learning_gate(run.kind, run.evals)
+    return Gate(None) if run is None else learning_gate(run.kind, run.evals, run.cfg.objective)
 
 
 @dataclass

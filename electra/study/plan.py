@@ -14,10 +14,10 @@ import functools
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from electra.config import load_finetune_config
+from electra.config import load_finetune_config, schedule_warnings
 from electra.data.corpus import TOKENIZER_FILE
 from electra.data.synthetic import synthetic_tokenizer_dir
 from electra.data.tokenizer import load_tokenizer
@@ -49,6 +49,8 @@ class SettingPlan:
     """Estimated pretraining seconds (None: nothing left to do)."""
     precision: str = ""
     """The precision the run will use, as `electra pretrain` resolves train.precision on this device, and TF32."""
+    warnings: list[str] = field(default_factory=list)
+    """Sampling schedules longer than the setting's steps (electra.config.schedule_warnings)."""
 
 
 @dataclass
@@ -96,13 +98,11 @@ def make_plan(spec, settings) -> Plan:
         for s in settings:
             cfg = s.config(spec)
             flops = off_train_flops(cfg, s.steps) if s.steps else 0.0
-            if s not in todo:
-                rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None, run_precision(cfg, spec.device)))
-                continue
-            per_step = s.seconds_per_step or seconds_per_step(cfg, spec.device)
-            rows.append(
-                SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps, run_precision(cfg, spec.device))
-            )
+            seconds = None
+            if s in todo:
+                seconds = (s.seconds_per_step or seconds_per_step(cfg, spec.device)) * s.steps
+            precision = run_precision(cfg, spec.device)
+            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, seconds, precision, schedule_warnings(cfg)))
     tasks, step = finetune_lengths(spec), None
     if tasks:
         cfg = settings[0].config(spec)
@@ -198,6 +198,7 @@ def plan_lines(plan: Plan, out: str) -> list[str]:
         lines.append(
             f"   {s.name:<{width}}  {s.kind:<7} {plural(s.steps, 'step'):>14}  {s.flops:9.3g} FLOPs{how}  {when}"
         )
+        lines += [f"     warning: {warning}" for warning in s.warnings]
     runs = plural(plan.finetune_runs, "fine-tuning run")
     per_task = ", ".join(f"{t} {plural(n, 'step')}" for t, n in plan.tasks.items())
     lines.append(

@@ -97,6 +97,11 @@ class RunMeta:
     """Whether this session ran the step under torch.compile."""
     peak_lr: float | None = None
     """The schedule's peak learning rate: train.lr, or less above train.lr_width (electra.training.optim.peak_lr)."""
+    temperature: float | None = None
+    """The generator's sampling temperature at the last step done (objective.temperature_start's schedule, or the
+    constant objective.temperature; electra.config.sampling_at); None for the masked LM, which samples nothing ..."""
+    uniform_replace: float | None = None
+    """... and its share of uniform replacements there, where they are mixed in (None where they are not)."""
     peak_memory_gb: float | None = None
     """This session's peak so far (GiB). CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak resident
     memory (getrusage ru_maxrss), which includes the interpreter, libraries and data (~0.5 GiB) ..."""

@@ -23,7 +23,7 @@ from electra.data.tokenizer import TokenizerInfo
 from electra.modeling.electra import STAT_NAMES, ElectraForPretraining, MaskedLMForPretraining, metrics_from_stats
 from electra.training.batches import batch_to_device, masked_batch
 from electra.training.checkpoint import RunMeta
-from electra.training.health import COLLAPSE_HINT, COLLAPSE_RANK, is_collapsed, states_collapsed
+from electra.training.health import COLLAPSE_RANK, collapse_hint, is_collapsed, states_collapsed
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
 
@@ -121,14 +121,16 @@ def at_schedule_ends(model: ElectraForPretraining | MaskedLMForPretraining):
     if not isinstance(model, ElectraForPretraining):
         yield
         return
-    saved = float(model.temperature), float(model.uniform_replace)
-    model.set_temperature(model.objective.temperature)
-    model.set_uniform_replace(model.objective.uniform_replace_prob)
+    # the buffers themselves, not the setters (which refuse what the objective cannot sample at): the end points
+    # in, then exactly what was there back, whatever the objective says now (scripts/heldout_at_temperature.py)
+    saved = model.temperature.clone(), model.uniform_replace.clone()
+    model.temperature.fill_(model.objective.temperature)
+    model.uniform_replace.fill_(model.objective.uniform_replace_prob)
     try:
         yield
     finally:
-        model.set_temperature(saved[0])
-        model.set_uniform_replace(saved[1])
+        model.temperature.copy_(saved[0])
+        model.uniform_replace.copy_(saved[1])
 
 
 class TokenStates:
@@ -215,10 +217,10 @@ def watch_collapse(
             if flat is not None:
                 log.warning(
                     "its last-layer token states collapsed to effective rank %.1f by step %d (one answer for every "
-                    "token); the change most likely to help: %s",
+                    "token); %s",
                     flat[1],
                     flat[0],
-                    COLLAPSE_HINT,
+                    collapse_hint(cfg.objective),
                 )
             elif rank is not None and rank > COLLAPSE_RANK:  # e.g. the cpu preset at 4 x 128, steps 500-1000
                 log.warning(

@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from electra.config import ObjectiveConfig
+from electra.utils.wording import plural
+
 GATE_MLM_MARGIN = 0.02
 """Held-out accuracy at the slots shown as [MASK] must exceed the most-frequent-token rate there by this much (2
 points; the rate's standard error on the default held-out set of ~8k [MASK] slots is about 0.3 points). The
@@ -52,6 +55,30 @@ at or under this are nearly one vector: it gives the same answer for every token
 COLLAPSE_HINT = "--set objective.temperature_start=3 --set objective.temperature_steps=3000"
 """The one change most likely to help a discriminator whose states collapsed: easier replacements first (a sampling
 temperature falling to 1), measured against warmup, generator lr, embedding sharing and the others (docs/results.md)."""
+SMALLER_GENERATOR = 0.125
+"""What to try first where the schedule is on already: a generator 1/8 of the discriminator's width instead of 1/4,
+the one lever that lifted the held-out AUC of a 4 x 128 run with the schedule (0.738 at step 3000 against the
+preset's 0.701-0.713, three seeds; SST-2 unchanged, 83.1 +- 0.4 against 83.2 +- 0.5: docs/results.md, "The
+discriminator's first minutes") ..."""
+LONGER_WARMUP = 1000
+"""... and then a longer warmup with it (1000 steps instead of the `cpu` preset's 200): without the schedule it
+raised a collapsed 4 x 128 discriminator's AUC to 0.618 at step 1000 (2 seeds); with it, 0.694 at step 3000, not
+better than the preset there (one seed): untried at other sizes."""
+
+
+def collapse_hint(objective: ObjectiveConfig | None = None) -> str:
+    """What to try for a discriminator whose states collapsed: the temperature schedule (COLLAPSE_HINT), or for a
+    run that anneals its temperature already (`objective`, the run's), what comes after it: a smaller generator,
+    a longer warmup with the schedule."""
+    if objective is None or objective.temperature_start is None:
+        return f"the flag most likely to help: {COLLAPSE_HINT}"
+    o = objective
+    return (
+        f"it anneals its sampling temperature already ({o.temperature_start:g} to {o.temperature:g} over "
+        f"{plural(o.temperature_steps, 'step')}); what to try next: a smaller generator (--set "
+        f"model.generator_fraction={SMALLER_GENERATOR:g}), or a longer warmup with the schedule (--set "
+        f"train.warmup_steps={LONGER_WARMUP})"
+    )
 
 
 def states_collapsed(evals: list[dict]) -> tuple[int, float] | None:
@@ -99,9 +126,10 @@ def held_out(rows: list[dict]) -> list[dict]:
     return [r for r in rows if any(k.startswith("eval_") for k in r)]
 
 
-def learning_gate(kind: str, evals: list[dict]) -> Gate:
+def learning_gate(kind: str, evals: list[dict], objective: ObjectiveConfig | None = None) -> Gate:
     """Did pretraining leave the plateau? Judged on the last of `evals`, the run's held-out evaluation rows
-    (metrics.jsonl lines with eval_* keys), for objective.kind `kind`."""
+    (metrics.jsonl lines with eval_* keys), for objective.kind `kind`; `objective` (the run's) words the collapse
+    hint for a run that anneals its temperature already (`collapse_hint`)."""
     if not evals:
         return Gate(False, ["no held-out evaluation was logged"])
     last = evals[-1]
@@ -138,7 +166,7 @@ def learning_gate(kind: str, evals: list[dict]) -> Gate:
         if flat is not None:
             reasons.append(
                 f"its last-layer token states collapsed to effective rank {flat[1]:.1f} by step {flat[0]:,} and stayed "
-                f"there: one answer for every token; the flag most likely to help: {COLLAPSE_HINT}"
+                f"there: one answer for every token; {collapse_hint(objective)}"
             )
     return Gate(ok, reasons)
 

@@ -31,7 +31,12 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from electra.config import ConfigError, PretrainConfig, temperature_at, uniform_replace_at
+from electra.config import (
+    ConfigError,
+    PretrainConfig,
+    sampling_at,
+    schedule_warnings,
+)
 from electra.data.corpus import TOKENS_FILE, read_metadata
 from electra.data.pretraining_data import PretrainingData, open_pretraining_data
 from electra.data.tokenizer import TokenizerInfo
@@ -290,7 +295,8 @@ def _record_session(
     meta: RunMeta, cfg: PretrainConfig, plan: StepPlan, tf32: bool, rank: int, world: int, dev: torch.device
 ) -> None:
     """Set this session's threads (CPU) and write what it runs with into `meta`: precision, TF32, the schedule's
-    peak learning rate, the micro-batch and its memory estimate; its log says the threads and any scaled lr."""
+    peak learning rate, the micro-batch and its memory estimate; its log says the threads, any scaled lr and any
+    sampling schedule longer than the run (electra.config.schedule_warnings)."""
     t, precision, micro = cfg.train, plan.precision, plan.micro_batch
     if dev.type == "cpu":
         share = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -308,6 +314,8 @@ def _record_session(
             t.lr_width,
             cfg.model.hidden_size,
         )
+    for warning in schedule_warnings(cfg) if rank == 0 else []:
+        log.warning("%s", warning)
     meta.micro_batch, meta.memory_budget_gb = micro, t.max_memory_gb
     meta.memory_estimate_gb = round(estimate_peak_bytes(cfg, micro, precision.name, dev.type) / 2**30, 3)
     meta.peak_memory_gb = None  # this session's, set at its first save
@@ -584,14 +592,14 @@ def start_session(run: Run) -> None:
 
 def set_sampling_schedules(run: Run, step: int) -> None:
     """The generator's sampling temperature and uniform fraction for `step` (ELECTRA; the masked LM samples
-    nothing)."""
+    nothing), set on the model and recorded in `run.meta`: what the metrics row of the step says, and run.json."""
     o = run.cfg.objective
-    if o.kind != "electra":
-        return
-    if o.temperature_start is not None:
-        run.raw_model.set_temperature(temperature_at(step, o))
-    if o.uniform_replace_start is not None:
-        run.raw_model.set_uniform_replace(uniform_replace_at(step, o))
+    sampled = sampling_at(step, o)  # {} for the masked LM
+    run.meta.temperature, run.meta.uniform_replace = sampled.get("temperature"), sampled.get("uniform_replace")
+    if o.kind == "electra" and o.temperature_start is not None:
+        run.raw_model.set_temperature(sampled["temperature"])
+    if o.kind == "electra" and o.uniform_replace_start is not None:
+        run.raw_model.set_uniform_replace(sampled["uniform_replace"])
 
 
 def log_window(run: Run, window: Window, writers: list, bar: tqdm, done: int, lr: float) -> None:

@@ -97,6 +97,13 @@ def train_step(
     return StepOutput(loss, stats, grad_norm, skipped, backoff)
 
 
+def sampled_with(meta: RunMeta) -> dict[str, float]:
+    """What the generator sampled with at the last update (the loop's set_sampling_schedules records it in `meta`):
+    `temperature` and `uniform_replace`, each where it applies."""
+    said = {"temperature": meta.temperature, "uniform_replace": meta.uniform_replace}
+    return {k: v for k, v in said.items() if v is not None}
+
+
 class Window:
     """What happened since the last log line, summed on the device (read only when a line is written)."""
 
@@ -167,6 +174,7 @@ class Window:
         row = {
             "step": done,
             "lr": lr,
+            **sampled_with(meta),
             "grad_norm": (self.norm_sum / self.updates.clamp(min=1)).item(),
             **metrics,
             "tokens_per_s": self.steps * t.batch_size * cfg.data.seq_len / elapsed,

@@ -8,6 +8,10 @@ import signal
 
 PARENT_ENV = "ELECTRA_PARENT_PID"
 """Set by a process for the workers it starts: its pid, which `stop_with_parent` checks."""
+THREADS_SHARE_ENV = "ELECTRA_THREADS_SHARE"
+"""Set beside OMP_NUM_THREADS by a process that gives its worker processes their threads (the GLUE sweep's
+spawn_workers): why they have that many ("the sweep's share of 2 cores, 2 workers"), which a worker's threads line
+says instead of naming a variable the user never set."""
 
 
 def usable_cpus() -> int:

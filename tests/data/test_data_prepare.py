@@ -191,7 +191,7 @@ def test_a_vocabulary_too_large_for_uint16_is_stored_as_uint32(tmp_path):
     add_post_processor(tok)
     (tmp_path / "tok").mkdir()
     tok.save(str(tmp_path / "tok" / "tokenizer.json"))
-    (tmp_path / "big.txt").write_text("w1 w69999 w65536\nw3\n")
+    (tmp_path / "big.txt").write_text("w1 w69999 w65536\n\nw3\n")  # two documents: a corpus pretraining can split
     meta = prepare([str(tmp_path / "big.txt")], tmp_path / "tok", tmp_path / "out", workers=1, show_progress=False)
     corpus, _ = open_corpus(tmp_path / "out")
     assert meta["dtype"] == "uint32" and corpus.tokens.dtype == np.uint32
@@ -310,7 +310,7 @@ def test_a_corpus_the_tokenizer_cannot_read_is_refused_unless_forced(english_wor
     nothing kept; --allow-unknown-tokens prepares it with the rate in metadata.json and the summary line."""
     cjk = _write(
         tmp_path / "cjk.txt",
-        "\n".join("".join(chr(0x4E00 + (i + j) % 20000) for j in range(100)) for i in range(0, 200_000, 100)) + "\n",
+        "\n\n".join("".join(chr(0x4E00 + (i + j) % 20000) for j in range(100)) for i in range(0, 200_000, 100)) + "\n",
     )
     out = tmp_path / "cjk"
     args = ["data", "prepare", str(cjk), "--tokenizer", str(english_wordpiece), "--out", str(out), "--quiet"]
@@ -326,7 +326,7 @@ def test_a_corpus_the_tokenizer_cannot_read_is_refused_unless_forced(english_wor
 
 
 def test_english_under_an_english_tokenizer_has_a_low_unknown_rate(english_wordpiece, tmp_path, caplog):
-    text = _write(tmp_path / "en.txt", "\n".join(ENGLISH + ["Zürich guests ☃ adopted it."]) + "\n")
+    text = _write(tmp_path / "en.txt", "\n\n".join(ENGLISH + ["Zürich guests ☃ adopted it."]) + "\n")
     meta = prepare([str(text)], english_wordpiece, tmp_path / "en", workers=1, show_progress=False)
     assert meta["unk_tokens"] == 1 and 0 < meta["unk_rate"] < 0.05  # the snowman only
     assert "[UNK]" not in caplog.text  # under the warning threshold

@@ -276,7 +276,7 @@ def test_a_file_that_is_not_utf8_text_is_refused_by_both_commands_keeping_what_w
     assert not tok_out.exists()
 
     # a prepared folder stays as it was when a run meant to replace it is refused
-    out, good = tmp_path / "out", _txt(tmp_path / "good.txt", [["A document of text.", "Its second line."]])
+    out, good = tmp_path / "out", _txt(tmp_path / "good.txt", [["A document of text.", "Its second line."], ["Two."]])
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out)]
     assert cli_main([*args, str(good)]) == 0
     before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -298,7 +298,8 @@ def test_the_python_api_names_its_argument_and_reads_binary_when_allowed(tok_dir
             call()
         assert f"{bad}: not UTF-8 text: {_bad_rate(data):.1%}" in str(refused.value)
         assert "; `allow_binary=True` reads it anyway" in str(refused.value) and "--allow" not in str(refused.value)
-    meta = prepare([str(bad)], tok_dir, tmp_path / "out", workers=1, show_progress=False, allow_binary=True)
+    lines = ReadOptions(doc_separator="line")  # documents enough to split (a blank line is rare in random bytes)
+    meta = prepare([str(bad)], tok_dir, tmp_path / "out", 1, show_progress=False, read_options=lines, allow_binary=True)
     assert meta["replaced_invalid_utf8"] == data.decode("utf-8", errors="replace").count("\ufffd")
 
 
@@ -348,17 +349,18 @@ def test_text_passes_and_more_than_one_percent_bad_bytes_is_refused(wiki_docs, t
 def test_a_txt_file_cut_into_few_long_documents_gets_a_warning_naming_the_separators(
     tok_dir, wiki_docs, tmp_path, capsys, caplog
 ):
-    """A book of one paragraph per line and no blank line: one 1.2 MB document under the default separator."""
+    """Two books of one paragraph per line and no blank line, a blank line between them: two 1.2 MB documents
+    under the default separator. (One book alone is refused: one document cannot be split into training and
+    held-out documents, tests/data/test_corpus_too_small.py.)"""
     book = tmp_path / "book.txt"
-    book.write_text(
-        "".join(f"Paragraph {i} of the book, one line long, as some books are kept.\n" for i in range(18_000))
-    )
-    assert 1.1e6 < book.stat().st_size < 1.3e6
+    one = "".join(f"Paragraph {i} of the book, one line long, as some books are kept.\n" for i in range(18_000))
+    book.write_text(one + "\n" + one)
+    assert 2.2e6 < book.stat().st_size < 2.6e6
     args = ["data", "prepare", "--quiet", "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(tmp_path / "o")]
     assert cli_main([*args, str(book)]) == 0
-    assert "o: 1 document," in capsys.readouterr().out
+    assert "o: 2 documents," in capsys.readouterr().out
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert warning.startswith(f"{book}: 1 document (18,000 lines) from 1.2 MB of text, 1.2 MB per document")
+    assert warning.startswith(f"{book}: 2 documents (36,000 lines) from 2.4 MB of text, 1.2 MB per document")
     assert "(over 1 MB): does --doc-separator blank miss where its documents end?" in warning
     # the choices named are the ones the command offers
     with pytest.raises(SystemExit):
@@ -374,5 +376,5 @@ def test_a_txt_file_cut_into_few_long_documents_gets_a_warning_naming_the_separa
         return long_document_warnings(stats, separator)
 
     assert len(warnings(book, "file")) == 1
-    assert warnings(book, "line") == []  # 18,000 documents; and no finer split to offer
+    assert warnings(book, "line") == []  # 36,000 documents; and no finer split to offer
     assert warnings(_txt(tmp_path / "wiki.txt", wiki_docs), "blank") == []  # articles of 16 kB on average

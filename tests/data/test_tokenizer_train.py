@@ -97,6 +97,18 @@ def test_cli_trains_and_writes_tokenizer_json(corpus, tmp_path, capsys):
     assert tokenizer_info(out).vocab_size <= 350
 
 
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_cli_prints_one_line_and_no_empty_ones_with_its_progress_bar_on(corpus, tmp_path, capfd, kind):
+    """Without --quiet: the tokenizers trainer's own bars used to print three empty lines on stdout (where it is no
+    terminal); captured at the file descriptors, as the Rust library writes there, not through sys.stdout."""
+    out = tmp_path / kind
+    assert cli_main(["tokenizer", "train", "--kind", kind, "--vocab-size", "350", "--out", str(out), str(corpus)]) == 0
+    printed = capfd.readouterr().out
+    assert (
+        printed.count("\n") == 1 and printed.startswith(f"wrote {out / 'tokenizer.json'} (") and printed.endswith("s\n")
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

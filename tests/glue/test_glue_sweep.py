@@ -12,6 +12,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -249,8 +250,10 @@ def test_ctrl_c_says_what_finished_what_was_interrupted_and_the_command_that_con
     assert interrupted.endswith("starts again from its first step)" if len(cut) == 1 else "their first step)")
     assert lines[start + 4] == f"report of the finished runs: {out / 'results.md'}"
     command = lines[start + 5].removeprefix("continue with: ")
-    assert lines[start + 5].startswith("continue with: ") and shlex.split(command) == ["electra", *args]
-    assert cli_main(shlex.split(command)[1:]) == 0
+    # started as `python -m electra.cli` (start_cli): the command names that, which works without electra on PATH
+    assert lines[start + 5].startswith("continue with: ")
+    assert shlex.split(command) == [sys.executable, "-m", "electra.cli", *args]
+    assert cli_main(shlex.split(command)[3:]) == 0
     assert results(out)["tasks"]["rte"]["metrics"]["accuracy"]["n"] == 4
 
 

@@ -75,8 +75,22 @@ def test_pfs_days_convention():
     assert round(flops.pfs_days(4, 1, 125.0), 2) != 0.02
 
 
-def test_cli_prints_total_flops(capsys):
+def test_cli_prints_a_readable_summary(capsys):
     assert cli_main(["flops", "--preset", "small", "--steps", "1000000", "--device", "v100", "--days", "4"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "small: 1,000,000 steps x 128 sequences x 128 tokens",
+        "  training FLOPs 1.2937e+18 = 0.015 pfs-days, as google-research/electra flops_computation.py (backward = "
+        "forward, dense lookups)",
+        "  executed 1.15e+18, 1.15e+12 a step, 7.019e+07 a token: matmuls only, train = 3 x forward, generator head "
+        "at the masked slots",
+        '  wall clock 96 h on 1 x 15.7 TFLOP/s at 33% of peak: 0.0207 pfs-days (OpenAI\'s "AI and Compute" convention)',
+    ]
+
+
+def test_cli_prints_total_flops(capsys):
+    assert (
+        cli_main(["flops", "--preset", "small", "--steps", "1000000", "--device", "v100", "--days", "4", "--json"]) == 0
+    )
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["total_flops"] == pytest.approx(1.2937e18, rel=5e-5)
     assert round(out["pfs_days"], 2) == 0.02
@@ -85,6 +99,6 @@ def test_cli_prints_total_flops(capsys):
 
 def test_cli_step_time_gives_wall_clock(capsys):
     # the GPU target: 10 ms per step is 1M steps in 2.78 hours
-    cli_main(["flops", "--preset", "small", "--steps", "1000000", "--ms-per-step", "10"])
+    cli_main(["flops", "--preset", "small", "--steps", "1000000", "--ms-per-step", "10", "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["wall_hours"] == pytest.approx(10 * 1e6 / 3.6e6)

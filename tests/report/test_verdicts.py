@@ -164,15 +164,16 @@ def test_a_better_baseline_is_said_when_it_is_significant():
 
 def test_the_gate_names_a_discriminator_whose_states_collapsed_the_step_and_the_flag():
     """A discriminator that never passed the gate and whose last-layer effective rank stayed at the collapse level
-    (training/health.py) is said to have collapsed from the first such evaluation on, with the remedy's flag; a
-    rank that recovers later is not a collapse."""
+    (training/health.py) is said to have collapsed from the first such evaluation on, with the remedy's flag (for
+    a run that anneals its temperature already, what comes after it); a rank that recovers later is not a
+    collapse."""
     from pathlib import Path
 
     from electra.config import load_config
     from electra.report.results import PretrainRun, gate
     from electra.training.health import COLLAPSE_HINT
 
-    def run(ranks):
+    def run(ranks, preset="cpu"):
         evals = [
             {
                 "step": 250 * (i + 1),
@@ -184,10 +185,19 @@ def test_the_gate_names_a_discriminator_whose_states_collapsed_the_step_and_the_
             }
             for i, r in enumerate(ranks)
         ]
-        return PretrainRun(Path("x"), load_config("cpu"), {"step": 250 * len(ranks)}, [], evals)
+        return PretrainRun(Path("x"), load_config(preset), {"step": 250 * len(ranks)}, [], evals)
 
     verdict = gate(run([40.0, 4.2, 9.0, 3.6, 2.2, 2.4]))
     assert verdict.learned is False
     said = verdict.describe()
-    assert "collapsed to effective rank 3.6 by step 1,000" in said and COLLAPSE_HINT in said
+    assert "collapsed to effective rank 3.6 by step 1,000" in said and COLLAPSE_HINT not in said
+    assert said.endswith(
+        "what to try next: a smaller generator (--set model.generator_fraction=0.125), or a longer "
+        "warmup with the schedule (--set train.warmup_steps=1000)"
+    )
+    assert (
+        gate(run([40.0, 4.2, 9.0, 3.6, 2.2, 2.4], "tiny"))
+        .describe()
+        .endswith(f"the flag most likely to help: {COLLAPSE_HINT}")
+    )
     assert "collapsed to effective rank" not in gate(run([40.0, 3.0, 30.0])).describe()

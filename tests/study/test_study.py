@@ -285,7 +285,7 @@ def test_ctrl_c_says_where_each_setting_stands_and_the_command_that_continues(ta
             "  mlm: pretrained; 0 of 4 fine-tuning runs finished",
         ]
         assert not list(out.glob("runs/*/glue/runs/*/*/claim"))
-    assert lines[-1] == f"continue with: {shlex.join(['electra', *args])}"
+    assert lines[-1] == f"continue with: {shlex.join([sys.executable, '-m', 'electra.cli', *args])}"  # as started
 
 
 @pytest.mark.slow

@@ -71,6 +71,29 @@ def test_effective_rank_and_mean_share_of_token_states():
     assert centred.mean_share() < 0.01 and centred.effective_rank() > 60
 
 
+def test_effective_rank_is_of_the_singular_values_not_of_their_squares():
+    """States of rank 4 with singular values 8, 4, 2, 1 (equal ones cannot tell σ from σ², whose normalised
+    entropies are then the same): Roy & Vetterli's rank is exp of the entropy of σ / Σσ, 3.117 here; of σ² it
+    would be 2.063. The expected value is computed from σ alone, not through the states' Gram matrix."""
+    g = torch.Generator().manual_seed(1)
+    sigma = torch.tensor([8.0, 4.0, 2.0, 1.0], dtype=torch.float64)
+    left = torch.linalg.qr(torch.randn(3000, 4, generator=g, dtype=torch.float64))[0]  # orthonormal columns
+    right = torch.linalg.qr(torch.randn(64, 64, generator=g, dtype=torch.float64))[0][:4]  # 4 orthonormal rows
+    states = TokenStates()
+    for part in ((left * sigma) @ right).split(700):  # (3000, 64), singular values sigma
+        states.add(part)
+
+    def exp_entropy(weights: list[float]) -> float:
+        p = [w / sum(weights) for w in weights]
+        return math.exp(-sum(q * math.log(q) for q in p))
+
+    expected = exp_entropy([8.0, 4.0, 2.0, 1.0])
+    assert expected == pytest.approx(3.117, abs=1e-3) and exp_entropy([64.0, 16.0, 4.0, 1.0]) == pytest.approx(
+        2.063, abs=1e-3
+    )
+    assert states.effective_rank() == pytest.approx(expected, rel=1e-5)  # the 60 null directions: round-off
+
+
 def test_evaluation_reports_the_discriminators_last_layer_rank():
     """Against the states computed directly: the discriminator's last layer over non-pad tokens of the set."""
     cfg, data, model = _setup()
