@@ -238,7 +238,7 @@ class SlurmExecutor:
         counts = Counter()
         for t in self.tracked.values():
             q = queue.get(t.job_id)
-            state = q.state.lower() if q else "leaving the queue"
+            state = q.state.lower() if q else "ended, result awaited" if t.gone_since else "just submitted"
             reason = f" ({q.reason})" if q and q.state == "PENDING" and q.reason not in ("None", "") else ""
             counts[f"{state}{reason}"] += 1
         text = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))

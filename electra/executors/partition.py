@@ -35,7 +35,7 @@ class Partition:
 
     def text(self) -> str:
         limit = "no time limit" if self.minutes is None else f"time limit {_minutes_text(self.minutes)}"
-        mem = f", {self.mem_gb:g} GB" if self.mem_gb is not None else ""
+        mem = f", {self.mem_gb:.0f} GB" if self.mem_gb is not None else ""
         gpus = plural(self.gpus, "GPU") if self.gpus else "no GPUs"
         return f"partition {self.name}: nodes of up to {plural(self.cpus, 'CPU')}{mem}, {gpus}, {limit}"
 

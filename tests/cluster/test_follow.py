@@ -328,7 +328,7 @@ def test_the_options_left_open_are_fitted_to_the_partition():
     o, notes = fit(SlurmOptions(), DEBUG, None)
     assert (o.pretrain_gpus, o.finetune_gpus, o.cpus_per_job, o.time_minutes) == (0, 0, 2, 24 * 60)
     assert notes == [
-        "fitted to partition debug: nodes of up to 2 CPUs, 21.2 GB, no GPUs, no time limit: 0 GPUs a job (partition "
+        "fitted to partition debug: nodes of up to 2 CPUs, 21 GB, no GPUs, no time limit: 0 GPUs a job (partition "
         "debug has none); 2 CPUs a job (a node has 2)"
     ]
     o, notes = fit(SlurmOptions(), GPU, None)
