@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from electra.report.seeds import Model
-from electra.report.verdicts import Answer, answer
+from electra.report.verdicts import CONFIDENCE, MIN_SEEDS, Answer, answer
 
 PRETRAINING = ("pretraining helped", "pretraining did NOT help")
 OBJECTIVE = ("ELECTRA beats MLM", "ELECTRA does NOT beat MLM")
@@ -81,4 +81,43 @@ def answer_lines(q: Question) -> list[str]:
         lines.append(f"pooled over the tasks that moved{left_out}: {ans.pooled.sentence(a_wins, b_wins)}")
     elif ans.withheld:
         lines.append(f"no pooled verdict over {', '.join(ans.moved)}{left_out}: {ans.withheld}")
+    return lines
+
+
+def verdict_section(grouped: list[Model], tasks: list[str]) -> list[str]:
+    """report.md's verdicts: what the numbers allow one to say, per task, and a word on a baseline that beats
+    pretraining. Each pretrained model is compared with its baseline, ELECTRA with MLM only within one study
+    (at its one budget: across budgets the comparison would not be at equal FLOPs)."""
+    helped, beats = questions(grouped, tasks)
+    if not tasks or not (helped or beats):
+        return []
+    seeded = any(m.seeded for m in grouped)
+    over = (
+        f"; for models pretrained under several seeds, Welch's t over pretraining-seed means, at least {MIN_SEEDS} "
+        "pretraining seeds a side"
+        if seeded
+        else ""
+    )
+    lines = [
+        "",
+        f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
+        f"at least {MIN_SEEDS} fine-tuning seeds a side{over}, on tasks where the model that scores higher is above "
+        "chance level; never for a pretraining the gate rejects; per task, and pooled only over the tasks that "
+        "moved where they agree; electra/report/verdicts.py):",
+        "",
+    ]
+    beaten = []
+    for q in [*helped, *beats]:
+        lines += [f"- {line}." for line in answer_lines(q)]
+        if q in helped and any(c.b_better for c in q.answer.verdicts):
+            beaten.append(q.a.name)
+    if beaten:
+        lines += [
+            "",
+            f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better than "
+            "these pretrained ones on the tasks said above: at this budget pretraining has not yet learned what the "
+            "tasks need, or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column "
+            "and the training dynamics). These numbers are evidence against this budget, not against the "
+            "objective.",
+        ]
     return lines

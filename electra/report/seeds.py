@@ -1,9 +1,11 @@
-"""Models measured over pretraining seeds. A study run with `--pretrain-seeds N` writes each setting as N runs
-(NAME-p0 ... NAME-p{N-1}, study.json's "group" and "pretrain_seed"), each fine-tuned over the same fine-tuning
-seeds; here they become one model again, whose scores nest: each pretraining seed's mean over its fine-tuning seeds,
-the model's mean and spread over its pretraining seeds, and the spread of the fine-tuning seeds within them. An entry
-without group information (a lone run or sweep, a study written before pretraining seeds, or one seed) is a model
-of one run: its numbers are that run's own, as reports always gave them.
+"""Models measured over pretraining seeds: their numbers, and the report's Table 5.
+
+A study run with `--pretrain-seeds N` writes each setting as N runs (NAME-p0 ... NAME-p{N-1}, study.json's "group"
+and "pretrain_seed"), each fine-tuned over the same fine-tuning seeds; here they become one model again, whose scores
+nest: each pretraining seed's mean over its fine-tuning seeds, the model's mean and spread over its pretraining
+seeds, and the spread of the fine-tuning seeds within them. An entry without group information (a lone run or sweep,
+a study written before pretraining seeds, or one seed) is a model of one run: its numbers are that run's own, as
+reports always gave them.
 
 The share of a task score's variance that comes from the pretraining seed: a one-way random-effects ANOVA on the
 (pretraining seed, fine-tuning seed) scores, by the method of moments (Searle, Casella & McCulloch 1992, Variance
@@ -267,3 +269,41 @@ def seeds_summary(model: Model, tasks: list[str]) -> dict:
             "pretrain_share_clipped": None if share is None else share.clipped,
         }
     return out
+
+
+# -- Table 5: pretraining seeds ---------------------------------------------------------------------------------
+
+
+def seeds_table(seeded: list[Model], tasks: list[str]) -> list[str]:
+    """Per model pretrained under several seeds and per task: each pretraining seed's mean over its fine-tuning
+    seeds, the model's mean ± the std over pretraining seeds, the fine-tuning seeds' std within a pretraining seed
+    (pooled), and the share of the variance that comes from the pretraining seed (electra/report/seeds.py)."""
+    lines = [
+        "### Table 5: pretraining seeds",
+        "",
+        "Each model pretrained under several seeds (train.seed + 0, 1, ...), each pretraining seed fine-tuned over "
+        "the same fine-tuning seeds. Per task: each pretraining seed's mean over its fine-tuning seeds (in seed "
+        "order), their mean ± their std, the fine-tuning seeds' std within a pretraining seed (pooled), and the share "
+        "of a score's variance that comes from the pretraining seed: a one-way random-effects ANOVA on the "
+        "(pretraining seed, fine-tuning seed) scores by the method of moments, the pretraining seed's variance "
+        "component over the total; a negative estimate of that component is clipped at 0 (marked). The verdicts "
+        "test over the pretraining seeds' means (Welch's t; electra/report/verdicts.py).",
+        "",
+        "| model | task | each pretraining seed's mean | mean ± std over pretraining seeds | fine-tuning seeds' std "
+        "| share of variance from the pretraining seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in seeded:
+        for task in tasks:
+            n = nest(m.results, task)
+            if n is None:
+                continue
+            share = n.share
+            said = "–" if share is None or share.share is None else f"{share.share:.0%}"
+            if share is not None and share.clipped:
+                said += " (clipped at 0)"
+            lines.append(
+                f"| {m.name} | {task} | {', '.join(f'{v:.2f}' for v in n.means)} | {n.mean:.2f} ± "
+                f"{n.pretrain_std:.2f} | {'–' if n.finetune_std is None else f'{n.finetune_std:.2f}'} | {said} |"
+            )
+    return lines + [""]

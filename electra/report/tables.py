@@ -6,8 +6,7 @@ in rows marked "quoted", the published numbers (electra/report/published.py):
     Table 2  GLUE dev per task: median and mean ± std over seeds, beside OFF's and the study's published numbers
     Table 3  efficiency: parameters, FLOPs, pfs-days and score per pfs-day, with the study's and the paper's rows
     Table 4  the generator-size sweep: held-out generator loss, discriminator AUC / recall, collapse, GLUE
-    Table 5  pretraining seeds: each seed's mean over its fine-tuning seeds, the model's mean and both spreads, and
-             the share of the variance that comes from the pretraining seed (electra/report/seeds.py)
+    (Table 5, pretraining seeds, is electra/report/seeds.py's)
 
 Scores are means over seeds, the statistic the verdicts test (Table 2 gives each task's median beside its mean).
 """
@@ -27,7 +26,7 @@ from electra.report.results import (
     task_mean,
     task_stats,
 )
-from electra.report.seeds import Model, at_chance_pooled, models, nest, task_mean_spread
+from electra.report.seeds import Model, at_chance_pooled, models, task_mean_spread
 from electra.utils.wording import plural
 
 STUDY_SWEEP_STEPS = 250_000
@@ -431,42 +430,4 @@ def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
             "FLOPs or seconds budget gives them: larger generators got fewer steps, so this is not the study's "
             "comparison. Use `--budget steps=N` for it.**",
         ]
-    return lines + [""]
-
-
-# -- Table 5: pretraining seeds ---------------------------------------------------------------------------------
-
-
-def seeds_table(seeded: list[Model], tasks: list[str]) -> list[str]:
-    """Per model pretrained under several seeds and per task: each pretraining seed's mean over its fine-tuning
-    seeds, the model's mean ± the std over pretraining seeds, the fine-tuning seeds' std within a pretraining seed
-    (pooled), and the share of the variance that comes from the pretraining seed (electra/report/seeds.py)."""
-    lines = [
-        "### Table 5: pretraining seeds",
-        "",
-        "Each model pretrained under several seeds (train.seed + 0, 1, ...), each pretraining seed fine-tuned over "
-        "the same fine-tuning seeds. Per task: each pretraining seed's mean over its fine-tuning seeds (in seed "
-        "order), their mean ± their std, the fine-tuning seeds' std within a pretraining seed (pooled), and the share "
-        "of a score's variance that comes from the pretraining seed: a one-way random-effects ANOVA on the "
-        "(pretraining seed, fine-tuning seed) scores by the method of moments, the pretraining seed's variance "
-        "component over the total; a negative estimate of that component is clipped at 0 (marked). The verdicts "
-        "test over the pretraining seeds' means (Welch's t; electra/report/verdicts.py).",
-        "",
-        "| model | task | each pretraining seed's mean | mean ± std over pretraining seeds | fine-tuning seeds' std "
-        "| share of variance from the pretraining seed |",
-        "|---|---|---|---|---|---|",
-    ]
-    for m in seeded:
-        for task in tasks:
-            n = nest(m.results, task)
-            if n is None:
-                continue
-            share = n.share
-            said = "–" if share is None or share.share is None else f"{share.share:.0%}"
-            if share is not None and share.clipped:
-                said += " (clipped at 0)"
-            lines.append(
-                f"| {m.name} | {task} | {', '.join(f'{v:.2f}' for v in n.means)} | {n.mean:.2f} ± "
-                f"{n.pretrain_std:.2f} | {fmt(n.finetune_std)} | {said} |"
-            )
     return lines + [""]

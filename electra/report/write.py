@@ -22,7 +22,7 @@ from pathlib import Path
 from electra.glue.report import AGGREGATES
 from electra.report import figures
 from electra.report import tables as report_tables
-from electra.report.questions import answer_lines, baseline_for, electra_mlm_pairs, questions
+from electra.report.questions import baseline_for, electra_mlm_pairs, verdict_section
 from electra.report.results import (
     TASK_METRIC,
     Entry,
@@ -32,8 +32,8 @@ from electra.report.results import (
     order_tasks,
     task_scores,
 )
-from electra.report.seeds import Model, models, nest, seeds_summary, task_mean_spread
-from electra.report.verdicts import CONFIDENCE, MIN_SEEDS, compare_models
+from electra.report.seeds import Model, models, nest, seeds_summary, seeds_table, task_mean_spread
+from electra.report.verdicts import CONFIDENCE, compare_models
 from electra.training.health import GATE_AUC
 from electra.utils import wording
 from electra.utils.files import write_atomic, write_json
@@ -113,7 +113,7 @@ def _header(entries: list[Entry], grouped: list[Model], study: dict | None, task
         lines.append(
             f"| {m.name} | {m.kind} | {m.judge().describe()} | {mean} | {'–' if delta is None else f'{delta:+.2f}'} |"
         )
-    lines += _verdicts(grouped, tasks)
+    lines += verdict_section(grouped, tasks)
     never = [e.name for e in entries if e.judge().learned is False and not e.judge().collapsed]
     if never:
         lines += [
@@ -156,49 +156,10 @@ def _summary_heading(entries: list[Entry], grouped: list[Model], tasks: list[str
     return ["## Summary", "", why]
 
 
-def _verdicts(grouped: list[Model], tasks: list[str]) -> list[str]:
-    """What the numbers allow one to say (electra/report/questions.py), per task, and a word on a baseline that
-    beats pretraining. Each pretrained model is compared with its baseline, ELECTRA with MLM only within one study
-    (at its one budget: across budgets the comparison would not be at equal FLOPs)."""
-    helped, beats = questions(grouped, tasks)
-    if not tasks or not (helped or beats):
-        return []
-    seeded = any(m.seeded for m in grouped)
-    over = (
-        f"; for models pretrained under several seeds, Welch's t over pretraining-seed means, at least {MIN_SEEDS} "
-        "pretraining seeds a side"
-        if seeded
-        else ""
-    )
-    lines = [
-        "",
-        f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
-        f"at least {MIN_SEEDS} fine-tuning seeds a side{over}, on tasks where the model that scores higher is above "
-        "chance level; never for a pretraining the gate rejects; per task, and pooled only over the tasks that "
-        "moved where they agree; electra/report/verdicts.py):",
-        "",
-    ]
-    beaten = []
-    for q in [*helped, *beats]:
-        lines += [f"- {line}." for line in answer_lines(q)]
-        if q in helped and any(c.b_better for c in q.answer.verdicts):
-            beaten.append(q.a.name)
-    if beaten:
-        lines += [
-            "",
-            f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better than "
-            "these pretrained ones on the tasks said above: at this budget pretraining has not yet learned what the "
-            "tasks need, or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column "
-            "and the training dynamics). These numbers are evidence against this budget, not against the "
-            "objective.",
-        ]
-    return lines
-
-
 def _seeds_section(grouped: list[Model], tasks: list[str]) -> list[str]:
-    """Models pretrained under several seeds: their scores nested (Table 5, electra/report/tables.py)."""
+    """Models pretrained under several seeds: their scores nested (Table 5, electra/report/seeds.py)."""
     seeded = [m for m in grouped if m.seeded and m.results]
-    return report_tables.seeds_table(seeded, tasks) if seeded and tasks else []
+    return seeds_table(seeded, tasks) if seeded and tasks else []
 
 
 def _electra_minus_mlm(grouped: list[Model], tasks: list[str], out: Path) -> list[str]:
