@@ -15,7 +15,7 @@ from scipy import stats
 from electra.report.seeds import nest, seed_means, variance_share
 from electra.report.verdicts import CONFIDENCE, compare, compare_models
 from electra.report.write import write_report
-from tests.helpers import fake_seeded_study, glue_results
+from tests.helpers import fake_seeded_study, glue_results, run_python
 
 # SST-2 scores of 3 pretraining seeds x 5 fine-tuning seeds a side: seed means 81.0, 82.2, 80.4 and 80.6, 80.0, 79.6
 ELECTRA = [[80.5, 81.0, 81.5, 80.8, 81.2], [82.0, 82.5, 81.8, 82.4, 82.3], [80.1, 80.6, 80.4, 80.2, 80.7]]
@@ -175,3 +175,20 @@ def test_a_study_folder_without_groups_reads_as_one_pretraining_seed_each(tmp_pa
     assert new_text == old_text
     assert "Table 5" not in old_text and "pretraining seed" not in old_text
     assert "- pretraining helped (95% confidence): electra +5.5 points vs none on sst2 (mean over 3 seeds;" in old_text
+
+
+def test_compare_reports_compares_two_models_of_committed_reports_over_their_pretraining_seeds(tmp_path):
+    """scripts/compare_reports.py names a model pretrained under several seeds by its setting, as the report does,
+    and gives the report's verdict over its pretraining seeds."""
+    scores = {"electra": [{"sst2": s} for s in ELECTRA], "mlm": [{"sst2": s} for s in MLM]}
+    report = write_report([fake_seeded_study(tmp_path / "s", scores, kinds={"mlm": "mlm"})])
+    out = run_python("scripts/compare_reports.py", f"{report}:electra", f"{report}:mlm", "--tasks", "sst2", check=True)
+    means_a, means_b = [np.mean(s) for s in ELECTRA], [np.mean(s) for s in MLM]
+    ref = stats.ttest_ind(means_a, means_b, equal_var=False)
+    assert f"electra: sst2 {np.mean(means_a):.1f} ± {np.std(means_a, ddof=1):.1f} (3 pretraining seeds × 5)" in (
+        out.stdout
+    )
+    assert f"Welch's t over pretraining-seed means {ref.statistic:.2f}, df {ref.df:.1f}, p = {ref.pvalue:.3f}" in (
+        out.stdout
+    )
+    assert "nothing can be concluded at 95% confidence" in out.stdout
