@@ -47,6 +47,23 @@ def test_each_setting_is_pretrained_under_each_seed_and_one_seed_names_it_as_bef
     ]  # and the configs
 
 
+def test_the_pretraining_seeds_of_a_setting_share_its_steps_timed_once(monkeypatch):
+    """A seconds budget times each setting's step once: its seeds run the same step, and timing each would give
+    them different steps, i.e. unequal budgets within one objective."""
+    from electra.study import grid as grid_module
+
+    rates = iter([0.25, 0.5, 0.75, 1.0, 1.25, 1.5])
+    monkeypatch.setattr(grid_module, "seconds_per_step", lambda cfg, device: next(rates))
+    spec = StudySpec(out="x", vary=["objective.kind=electra,mlm,none"], budget="seconds=60", pretrain_seeds=3)
+    settings = grid(spec)
+    grid_module.assign_steps(spec, settings)
+    steps = {s.name: s.steps for s in settings}
+    assert [steps[f"kind=electra-p{k}"] for k in range(3)] == [240] * 3  # 60 s / 0.25 s, timed once
+    assert [steps[f"kind=mlm-p{k}"] for k in range(3)] == [120] * 3  # 60 s / 0.5 s
+    assert [steps[f"kind=none-p{k}"] for k in range(3)] == [0] * 3
+    assert next(rates) == 0.75  # two timings for six pretraining runs
+
+
 def test_one_pretraining_seed_keeps_the_fingerprint_of_studies_written_before_the_option():
     spec = StudySpec(out="x", vary=["objective.kind=electra,none"])
     before = {k: v for k, v in dataclasses.asdict(spec).items() if k not in _NOT_FINGERPRINTED}
