@@ -94,6 +94,11 @@ def test_table_1_fills_the_random_weights_row_from_the_step_0_run_that_wrote_it(
     assert cells[6:9] == ["0", "cpu [M1] (0 steps)", "fp32, TF32 off"]  # GPUs, device, precision: nothing unknown
     assert f"none: resolved config (code revision <code>{code_revision()}</code>)" in text
     assert "unknown" not in row
+    # a step-0 run written before run.json said where (device "unknown"): no GPU is claimed for it
+    old = fake_pretrain_run(tmp_path / "old" / "none", 0, [], ["objective.kind=none"])
+    table = (write_report([old], tmp_path / "old-report") / "report.md").read_text().split("### Table 1")[1]
+    row = next(line for line in table.splitlines() if line.startswith("| none |"))
+    assert [c.strip() for c in row.strip("|").split("|")][6:8] == ["0", "unknown (0 steps)"]
 
 
 def test_the_efficiency_figure_draws_the_seed_spread_on_a_score_axis_wider_than_the_noise(tmp_path):
