@@ -7,11 +7,18 @@ Writes into the report folder (by default STUDY/report or RUN/report): report.md
 glue.png, crossover.png and electra-minus-mlm.png (several budgets or sizes), dynamics-NAME.png (the study's
 Figure 3), collapse.png (its Figure 2), efficiency.png; and results.json
 (the first model's GLUE results in `electra glue`'s schema, every model's under "settings", and every model's
-learning-gate verdict under "gates": {"learned": true/false/null, "collapsed": ...}, so that a committed report can be
-compared with another without its run folders, scripts/compare_reports.py).
+learning-gate verdict under "gates": {"learned": true/false/null, "collapsed": ...}, and, for a study run with
+`--pretrain-seeds`, each model's nested numbers under "pretrain_seeds" (electra/report/seeds.py), so that a committed
+report can be compared with another without its run folders, scripts/compare_reports.py).
+
+A study's runs of one setting under several pretraining seeds are one model (electra/report/seeds.py): the Summary,
+the verdicts, Table 3, the crossover, ELECTRA − MLM and efficiency figures are per model, with the spread over
+pretraining seeds beside the fine-tuning seeds'; Tables 1, 2 and 4 and the dynamics keep a row per run, and Table 5
+nests each model's scores. Task means and differences are of means over seeds, the statistic the verdicts test;
+Table 2 and the GLUE figure describe each task's seeds (median, range; Table 2 the mean ± std beside).
 
 Every GLUE comparison carries the gate's verdict (electra/report/results.py) beside the scores, and every claim that one
-model beats another follows the seeds' statistics (electra/report/verdicts.py).
+model beats another follows the seeds' statistics (electra/report/verdicts.py), per task (electra/report/questions.py).
 """
 
 from __future__ import annotations
