@@ -545,6 +545,14 @@ def _add_study(p: argparse.ArgumentParser) -> None:
         "--glue-dir", action="append", default=None, help="GLUE data in the original TSV layout" + GLUE_DIRS_HELP
     )
     p.add_argument("--seeds", default="3", help="fine-tuning seeds: N for 0..N-1, or a comma list (default 3)")
+    p.add_argument(
+        "--pretrain-seeds",
+        type=int,
+        default=d.pretrain_seeds,
+        metavar="N",
+        help="pretrain each setting under N seeds (train.seed + 0..N-1; runs NAME-p0 ...), each fine-tuned over "
+        "--seeds; the verdicts then test over pretraining seeds (default 1)",
+    )
     p.add_argument("--recipe", default=d.recipe, help="fine-tuning recipe (default: off)")
     p.add_argument(
         "--finetune-set",
@@ -579,6 +587,7 @@ def _run_study(args: argparse.Namespace) -> int:
         tasks=args.tasks,
         glue_dir=_glue_dirs(args.glue_dir),
         seeds=_parse_seeds(args.seeds),
+        pretrain_seeds=args.pretrain_seeds,
         recipe=args.recipe,
         finetune_overrides=args.finetune_set,
         description=args.description,

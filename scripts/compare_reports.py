@@ -11,6 +11,9 @@ study of the same shape, whose recipe the fix does not touch:
 
     python scripts/compare_reports.py runs/study-4x128-30m-T3/report:study-4x128-30m-T3/electra \\
         docs/results/wiki-cpu-budgets:study-4x128-30m/mlm
+
+A model a study pretrained under several seeds (`--pretrain-seeds`) is named as its setting (`REPORT:electra`, its
+runs in results.json's "pretrain_seeds"), and compared over its pretraining seeds as the report does.
 """
 
 import argparse
@@ -18,8 +21,9 @@ import json
 import re
 from pathlib import Path
 
-from electra.report.results import Gate, task_stats
-from electra.report.verdicts import compare
+from electra.report.results import Gate
+from electra.report.seeds import nest
+from electra.report.verdicts import compare_models
 
 GATES = {
     "learned": Gate(True),
@@ -29,18 +33,33 @@ GATES = {
 }
 
 
-def side(spec: str) -> tuple[str, dict, Gate | None]:
-    """`REPORT_DIR:MODEL` -> (model, its results.json entry, its learning-gate verdict)."""
+def side(spec: str) -> tuple[str, list[dict], Gate | None]:
+    """`REPORT_DIR:MODEL` -> (model, the results.json entry of each of its pretraining seeds, its learning-gate
+    verdict)."""
     folder, _, model = spec.rpartition(":")
     folder = Path(folder)
     results = json.loads((folder / "results.json").read_text())
-    settings = results["settings"]
-    if model not in settings:
-        raise SystemExit(f"{folder / 'results.json'}: no model {model!r} (it has {', '.join(settings)})")
+    settings, seeded = results["settings"], results.get("pretrain_seeds", {})
+    runs = seeded[model]["runs"] if model in seeded else [model]
+    if any(run not in settings for run in runs):
+        raise SystemExit(f"{folder / 'results.json'}: no model {model!r} (it has {', '.join([*settings, *seeded])})")
+    gates = [run_gate(results, folder, run) for run in runs]
+    return model, [settings[run] for run in runs], gates[0] if len(gates) == 1 else seeds_gate(gates)
+
+
+def run_gate(results: dict, folder: Path, run: str) -> Gate | None:
     if "gates" in results:
-        g = results["gates"][model]
-        return model, settings[model], Gate(g["learned"], collapsed=g["collapsed"])
-    return model, settings[model], summary_gate(folder / "report.md", model)
+        g = results["gates"][run]
+        return Gate(g["learned"], collapsed=g["collapsed"])
+    return summary_gate(folder / "report.md", run)
+
+
+def seeds_gate(gates: list[Gate | None]) -> Gate | None:
+    """A model's gate over its pretraining seeds, as the report judges it: rejected if any seed's is."""
+    rejected = [g for g in gates if g is not None and g.learned is False]
+    if rejected:
+        return Gate(False, collapsed=all(g.collapsed for g in rejected))
+    return Gate(True) if all(g is not None and g.learned for g in gates) else None
 
 
 def summary_gate(report: Path, model: str) -> Gate | None:
@@ -61,14 +80,19 @@ def main() -> None:
     args = p.parse_args()
     (a, ra, ga), (b, rb, gb) = side(args.a), side(args.b)
     tasks = args.tasks.split(",")
-    for name, r in ((a, ra), (b, rb)):
-        s = task_stats(r)
-        print(
-            f"{name}: "
-            + ", ".join(f"{t} {s[t]['mean']:.1f} ± {s[t]['std']:.1f} (n {s[t]['n']})" for t in tasks if t in s)
-        )
-    c = compare(a, ra, b, rb, tasks, ga, gb)
+    for name, runs in ((a, ra), (b, rb)):
+        nested = {t: nest(runs, t) for t in tasks}
+        said = [_scores(t, n) for t, n in nested.items() if n is not None]
+        print(f"{name}: " + ", ".join(said))
+    c = compare_models(a, ra, b, rb, tasks, ga, gb)
     print(c.sentence(f"{a} better", f"{b} better"))
+
+
+def _scores(task: str, n) -> str:
+    """One task's mean ± std over seeds (n), or over pretraining seeds with several."""
+    if len(n.means) == 1:
+        return f"{task} {n.mean:.1f} ± {n.stds[0]:.1f} (n {n.ns[0]})"
+    return f"{task} {n.mean:.1f} ± {n.pretrain_std:.1f} ({len(n.means)} pretraining seeds × {min(n.ns)})"
 
 
 if __name__ == "__main__":

@@ -363,6 +363,40 @@ def fake_study(
     return root
 
 
+def fake_seeded_study(
+    root: Path,
+    scores: dict[str, list[dict[str, list[float]]]],
+    kinds: dict[str, str] | None = None,
+    at_chance: dict[str, tuple[str, ...]] | None = None,
+) -> Path:
+    """A study folder as `electra study --pretrain-seeds N` leaves it, less the runs: study.json with each setting
+    NAME under its pretraining seeds NAME-p0, NAME-p1, ... (NAME alone for one; group NAME, pretrain_seed k) and
+    each one's GLUE results.json, its fine-tuning seeds scoring `scores[NAME][k][task]` (the paper's metric per
+    task); `none` is the baseline, the others ELECTRA unless `kinds` says; `at_chance`: NAME -> tasks flagged at
+    chance level."""
+    settings, kinds, at_chance = [], kinds or {}, at_chance or {}
+    for group, seeds in scores.items():
+        for k, per_task in enumerate(seeds):
+            name = group if len(seeds) == 1 else f"{group}-p{k}"
+            settings.append(
+                {
+                    "name": name,
+                    "kind": "none" if group == "none" else kinds.get(group, "electra"),
+                    "steps": 0,
+                    "pretrain": f"runs/{name}/pretrain",
+                    "glue": f"runs/{name}/glue",
+                    "group": group,
+                    "pretrain_seed": k,
+                }
+            )
+            (root / "runs" / name / "glue").mkdir(parents=True)
+            results = glue_results(per_task, at_chance=at_chance.get(group, ()), metric=None)
+            (root / "runs" / name / "glue" / "results.json").write_text(json.dumps(results))
+    spec = {"data": None, "pretrain_seeds": len(next(iter(scores.values())))}
+    (root / "study.json").write_text(json.dumps({"settings": settings, "spec": spec}))
+    return root
+
+
 def fake_pretrain_run(run: Path, steps: int, evals: list[dict] = (), overrides: list[str] = ()) -> Path:
     """A pretraining run folder as the report reads it: config.yaml (the tiny preset), run.json at `steps` and
     metrics.jsonl holding the held-out evaluations `evals`; no checkpoint."""

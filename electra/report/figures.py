@@ -26,6 +26,9 @@ PANEL_SIZE = (4.2, 3.0)  # inches: readable without zooming at DPI
 SPLIT_COLOURS = {"training": "C0", "held out": "C1"}
 REFERENCE_COLOUR = "0.3"
 GATE_COLOUR = "C3"
+MIN_SCORE_RANGE = 5.0
+"""Points of score the efficiency figure's score axis spans at least: seed noise on these tasks is ~0.5 points
+(SST-2, std over fine-tuning seeds), and an axis a point wide would draw it as a slope."""
 
 # -- drawing a described figure --------------------------------------------------------------------------------
 
@@ -49,6 +52,16 @@ def _draw_panel(ax, panel: dict) -> list:
             linewidth=1.2,
             label=s["label"],
         )
+        if any(e is not None for e in s.get("err_inner") or []):  # the other spread, thick and without caps
+            ax.errorbar(
+                s["x"],
+                _values(s["y"]),
+                yerr=[0.0 if e is None else e for e in s["err_inner"]],
+                fmt="none",
+                ecolor=s["color"],
+                elinewidth=4,
+                alpha=0.45,
+            )
     for b in panel.get("bars", []):
         ax.bar(
             b["x"],
@@ -70,9 +83,13 @@ def _draw_panel(ax, panel: dict) -> list:
     labels = []
     for p in panel.get("points", []):
         ax.scatter(p["x"], p["y"], marker=p["marker"], s=36, facecolors=p["fill"], edgecolors=p["color"])
+        if p.get("err"):
+            ax.errorbar(p["x"], p["y"], yerr=p["err"], fmt="none", ecolor=p["color"], capsize=3, linewidth=1.0)
         labels.append(ax.annotate(p["label"], (p["x"], p["y"]), fontsize=7, xytext=(4, 2), textcoords="offset points"))
     if labels:
         ax.margins(x=0.15, y=0.1)  # room for the labels of the outermost points
+    if panel.get("ylim"):
+        ax.set_ylim(*panel["ylim"])
     for p in panel.get("legend_points", []):
         ax.scatter([], [], marker=p["marker"], facecolors=p["fill"], edgecolors=p["color"], label=p["label"])
     if panel.get("xscale"):
@@ -407,11 +424,27 @@ def _point(p: dict, x_key: str) -> dict:
         "label": p["name"],
         "x": p[x_key],
         "y": p["score"],
+        "err": p.get("err"),
         "source": p["source"],
         "marker": "o" if ours else "s",
         "fill": "C0" if ours else "none",
         "color": "C0" if ours else "C1",
     }
+
+
+def score_range(points: list[dict], baseline: float | None, minimum: float = MIN_SCORE_RANGE) -> list[float]:
+    """The score axis of a panel: every point with its error bar and the baseline, 10% of room around them, and
+    at least `minimum` points wide (centred on them), so that differences within the seeds' noise look as small
+    as they are."""
+    lows = [p["y"] - (p.get("err") or 0.0) for p in points] + ([baseline] if baseline is not None else [])
+    highs = [p["y"] + (p.get("err") or 0.0) for p in points] + ([baseline] if baseline is not None else [])
+    low, high = min(lows), max(highs)
+    pad = 0.1 * (high - low)
+    low, high = low - pad, high + pad
+    if high - low < minimum:
+        centre = (low + high) / 2
+        low, high = centre - minimum / 2, centre + minimum / 2
+    return [low, high]
 
 
 def _score_axis(tasks: list[str], glue: bool) -> str:
@@ -430,7 +463,9 @@ def efficiency_data(
 ) -> dict:
     """Score against training FLOPs (log). Our points share the literature's panel only when both scores average
     the same tasks (`ours_tasks == quoted_tasks`); otherwise ours get their own panel that says what it averages.
-    Each panel names the tasks its scores average ("tasks"). The no-pretraining baseline is a line in our panel."""
+    Each panel names the tasks its scores average ("tasks"). The no-pretraining baseline is a line in our panel.
+    Our points carry their seeds' spread as error bars (`err`), and our panel's score axis spans at least
+    MIN_SCORE_RANGE points (`score_range`)."""
     xlabel = "pretraining FLOPs (log)" if x_key == "flops" else "parameters (log)"
     ours_pts = [_point(p, x_key) for p in ours if p.get(x_key)]
     quoted_pts = [_point(p, x_key) for p in quoted if p.get(x_key)]
@@ -453,6 +488,7 @@ def efficiency_data(
             "points": ours_pts + quoted_pts,
             "legend_points": legend,
             "hlines": base,
+            "ylim": score_range(ours_pts + quoted_pts, baseline) if ours_pts + quoted_pts else None,
         }
         return {"columns": 1, "panel_size": (PANEL_SIZE[0] * 1.6, PANEL_SIZE[1] * 1.5), "panels": [panel]}
     panels = [
@@ -475,6 +511,7 @@ def efficiency_data(
             "points": ours_pts,
             "legend_points": legend[:1],
             "hlines": base,
+            "ylim": score_range(ours_pts, baseline) if ours_pts else None,
         },
     ]
     return {"columns": 2, "panel_size": (PANEL_SIZE[0] * 1.3, PANEL_SIZE[1] * 1.5), "panels": panels}
@@ -483,36 +520,41 @@ def efficiency_data(
 def crossover_data(
     series: dict[str, list[dict]], baselines: list[dict], chance: dict[str, float], metrics: dict[str, str]
 ) -> dict:
-    """Per task, each objective's median dev score (its min..max over seeds beside it in the data) against its
-    pretraining FLOPs, one line per objective in FLOPs order, with each random-initialisation baseline's median
-    (dashed) and its min..max (dotted) and the task's chance level: where a line rises above the baseline's band
-    is where that objective starts to beat random weights. `series`: objective -> [{"name", "flops", "scores":
-    task -> (median, min, max)}]; `baselines`: [{"name", "scores"}]."""
+    """Per task, each objective's mean dev score against its pretraining FLOPs, one line per objective in FLOPs
+    order, with both spreads as error bars (`err`: ± the std over pretraining seeds, where a model has several;
+    `err_inner`: ± the fine-tuning seeds' std within a pretraining seed) and its min..max over every seed in the
+    data; each random-initialisation baseline's mean (dashed) and its min..max (dotted), and the task's chance level:
+    where a line rises above the baseline's band is where that objective starts to beat random weights. `series`:
+    objective -> [{"name", "flops", "scores": task -> {"mean", "low", "high", "pretrain_std", "finetune_std"}}];
+    `baselines`: [{"name", "scores"}]."""
     panels = []
     for task, metric in metrics.items():
         lines = []
         for i, (kind, points) in enumerate(series.items()):
             pts = sorted((p for p in points if task in p["scores"]), key=lambda p: p["flops"])
-            lines.append(
-                {
-                    "label": kind,
-                    "x": [p["flops"] for p in pts],
-                    "y": [p["scores"][task][0] for p in pts],
-                    "low": [p["scores"][task][1] for p in pts],
-                    "high": [p["scores"][task][2] for p in pts],
-                    "names": [p["name"] for p in pts],
-                    "color": f"C{i}",
-                    "marker": "o",
-                }
-            )
+            scores = [p["scores"][task] for p in pts]
+            line = {
+                "label": kind,
+                "x": [p["flops"] for p in pts],
+                "y": [s["mean"] for s in scores],
+                "low": [s["low"] for s in scores],
+                "high": [s["high"] for s in scores],
+                "err_inner": [s["finetune_std"] for s in scores],
+                "names": [p["name"] for p in pts],
+                "color": f"C{i}",
+                "marker": "o",
+            }
+            if any(s["pretrain_std"] is not None for s in scores):
+                line["err"] = [s["pretrain_std"] for s in scores]
+            lines.append(line)
         hlines = []
         for j, b in enumerate(x for x in baselines if task in x["scores"]):
-            median, low, high = b["scores"][task]
+            s = b["scores"][task]
             colour = REFERENCE_COLOUR if j == 0 else f"C{len(series) + j}"
             hlines += [
-                {"y": median, "color": colour, "style": "--", "label": f"{b['name']} (no pretraining)"},
-                {"y": low, "color": colour, "style": ":", "label": None, "band_of": b["name"]},
-                {"y": high, "color": colour, "style": ":", "label": None, "band_of": b["name"]},
+                {"y": s["mean"], "color": colour, "style": "--", "label": f"{b['name']} (no pretraining)"},
+                {"y": s["low"], "color": colour, "style": ":", "label": None, "band_of": b["name"]},
+                {"y": s["high"], "color": colour, "style": ":", "label": None, "band_of": b["name"]},
             ]
         if task in chance:
             hlines.append({"y": chance[task], "color": "k", "style": "-.", "label": "chance (majority class / 0)"})
@@ -522,7 +564,7 @@ def crossover_data(
                 "task": task,
                 "xlabel": "pretraining FLOPs (log)",
                 "xscale": "log",
-                "ylabel": f"{metric} (dev, %; median over seeds)",
+                "ylabel": f"{metric} (dev, %; mean over seeds)",
                 "lines": lines,
                 "hlines": hlines,
             }
@@ -533,24 +575,27 @@ def crossover_data(
 def electra_minus_mlm_data(points: list[dict]) -> dict:
     """ELECTRA − MLM at equal FLOPs against pretraining FLOPs (log), one line per model size in FLOPs order, each
     difference with its confidence interval as an error bar (none where the test could not run) and zero, no
-    difference, as the reference: where a bar clears zero, one objective beats the other at that confidence.
-    `points`: [{"size", "name", "flops", "delta", "margin", "p"}] with a difference each (electra/report/write.py,
-    from the verdicts)."""
+    difference, as the reference: where a bar clears zero, one objective beats the other at that confidence. Where
+    the test ran over pretraining seeds, `err` is its interval and `err_inner` the fine-tuning seeds' alone.
+    `points`: [{"size", "name", "flops", "delta", "margin", "finetune_margin", "pretrain_seeds", "p"}] with a
+    difference each (electra/report/write.py, from the verdicts)."""
     lines = []
     for i, size in enumerate(dict.fromkeys(p["size"] for p in points)):
         pts = sorted((p for p in points if p["size"] == size), key=lambda p: p["flops"])
-        lines.append(
-            {
-                "label": size,
-                "x": [p["flops"] for p in pts],
-                "y": [p["delta"] for p in pts],
-                "err": [p["margin"] for p in pts],
-                "p": [p["p"] for p in pts],
-                "names": [p["name"] for p in pts],
-                "color": f"C{i}",
-                "marker": "o",
-            }
-        )
+        line = {
+            "label": size,
+            "x": [p["flops"] for p in pts],
+            "y": [p["delta"] for p in pts],
+            "err": [p["margin"] for p in pts],
+            "p": [p["p"] for p in pts],
+            "names": [p["name"] for p in pts],
+            "color": f"C{i}",
+            "marker": "o",
+        }
+        if any(p.get("pretrain_seeds") for p in pts):
+            line["err_inner"] = [p.get("finetune_margin") if p.get("pretrain_seeds") else None for p in pts]
+            line["pretrain_seeds"] = [p.get("pretrain_seeds") for p in pts]
+        lines.append(line)
     panel = {
         "title": "ELECTRA − MLM at equal FLOPs, per model size",
         "xlabel": "pretraining FLOPs (log)",

@@ -135,6 +135,12 @@ class Entry:
     shape: str | None = None
     """Its encoder's shape (`encoder_shape`; None where no config is at hand), so that a model is measured against
     random weights of its own shape, not a smaller model's."""
+    group: str | None = None
+    """The study's setting this run is a pretraining seed of (study.json "group"; None: a model of its own)."""
+    pretrain_seed: int | None = None
+    """Its pretraining seed (train.seed; study.json "pretrain_seed"), where the study recorded it."""
+    objective: str | None = None
+    """objective.kind as its study recorded it (study.json "kind"), for when its pretraining run is not at hand."""
 
     @property
     def kind(self) -> str:
@@ -202,7 +208,7 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                 entries.append(
                     Entry(
                         s["name"],
-                        None if none else record,
+                        record,
                         read_glue(glue),
                         glue,
                         s.get("setting", {}),
@@ -210,6 +216,9 @@ def collect(paths: list[str | Path]) -> tuple[list[Entry], dict | None]:
                         study=_study_label(p),
                         corpus=study.get("spec", {}).get("data"),
                         shape=None if record is None else encoder_shape(record.cfg),
+                        group=s.get("group"),
+                        pretrain_seed=s.get("pretrain_seed"),
+                        objective=s.get("kind"),
                     )
                 )
         elif (p / "config.yaml").exists():
@@ -329,14 +338,15 @@ def max_steps_changes(meta: dict) -> list[tuple[int, int]]:
     return out
 
 
-def task_mean(results: dict | None, tasks: list[str]) -> float | None:
-    """Mean over `tasks` of each task's median (None unless every task has a result)."""
+def task_mean(results: dict | None, tasks: list[str], stat: str = "median") -> float | None:
+    """Mean over `tasks` of each task's `stat` over seeds ("median", or "mean": what the verdicts test and the
+    report shows); None unless every task has a result."""
     if results is None:
         return None
-    scores = task_scores(results)
-    if not tasks or any(t not in scores for t in tasks):
+    stats = task_stats(results)
+    if not tasks or any(t not in stats for t in tasks):
         return None
-    return float(np.mean([scores[t][0] for t in tasks]))
+    return float(np.mean([stats[t][stat] for t in tasks]))
 
 
 def order_tasks(tasks) -> list[str]:
@@ -417,8 +427,8 @@ def finetune_machines(results: dict | None) -> list[str]:
 
 def compute_row(e: Entry) -> dict:
     """Table 1's row: steps, tokens, FLOPs, pfs-days by FLOPs and by wall clock, world size, GPUs (0 for a run on
-    CPUs only), the device and machine of every session, pretraining and fine-tuning hours and the machines of
-    the fine-tuning."""
+    CPUs only, or on a device it did not record), the device and machine of every session, pretraining and
+    fine-tuning hours and the machines of the fine-tuning."""
     tuning = finetune_seconds(e.glue)
     row = {
         "name": e.name,
@@ -447,7 +457,7 @@ def compute_row(e: Entry) -> dict:
         "pfs_days": run.flops / PFS_DAY,
         "pfs_days_wall": wall_clock_pfs_days(run.meta),
         "world_size": max(s["world_size"] for s in parts),
-        "gpus": max((s["world_size"] for s in parts if s["device"] != "cpu"), default=0),
+        "gpus": max((s["world_size"] for s in parts if s["device"] not in ("cpu", "unknown")), default=0),
         "sessions": parts,
         "hours": None if seconds is None else seconds / 3600,
     }

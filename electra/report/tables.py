@@ -6,6 +6,9 @@ in rows marked "quoted", the published numbers (electra/report/published.py):
     Table 2  GLUE dev per task: median and mean ± std over seeds, beside OFF's and the study's published numbers
     Table 3  efficiency: parameters, FLOPs, pfs-days and score per pfs-day, with the study's and the paper's rows
     Table 4  the generator-size sweep: held-out generator loss, discriminator AUC / recall, collapse, GLUE
+    (Table 5, pretraining seeds, is electra/report/seeds.py's)
+
+Scores are means over seeds, the statistic the verdicts test (Table 2 gives each task's median beside its mean).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from electra.modeling.flops import PFS_DAY, backbone_parameters
 from electra.report.published import LITERATURE, REFERENCE_TASKS, STUDY_EFFICIENCY
 from electra.report.results import (
     Entry,
-    at_chance,
     compute_row,
     finetune_cap,
     max_steps_changes,
@@ -24,6 +26,7 @@ from electra.report.results import (
     task_mean,
     task_stats,
 )
+from electra.report.seeds import Model, at_chance_pooled, models, task_mean_spread
 from electra.utils.wording import plural
 
 STUDY_SWEEP_STEPS = 250_000
@@ -71,26 +74,26 @@ def _precision_cell(e: Entry) -> str:
     return f"{precision}, TF32 {'?' if tf32 is None else ('on' if tf32 else 'off')}"
 
 
-def compute_table(entries: list[Entry]) -> list[str]:
+def compute_table(entries: list[Entry], tasks: list[str] = ()) -> list[str]:
+    """Table 1, a row per pretraining run; with pretraining seeds, each model's row (in bold) after its seeds' and a
+    last column with the task mean over `tasks` and both spreads."""
+    grouped = models(entries)
+    seeded = any(m.seeded for m in grouped)
     lines = [
         "### Table 1: compute per experiment",
         "",
         "| model | objective | steps | tokens | FLOPs | pfs-days (FLOPs) | GPUs | device per session | precision "
-        "| pretraining h | fine-tuning h | pfs-days (wall clock) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pretraining h | fine-tuning h | pfs-days (wall clock) |" + (" task mean |" if seeded else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if seeded else ""),
     ]
     machines: dict[str, str] = {}  # machine -> its key in the legend, in order of first appearance
-    for e in entries:
-        if e.pretrain is None and not e.baseline:
-            continue  # a model from elsewhere: its compute is not ours to report
-        r = compute_row(e)
-        wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
-        run_sessions = _sessions_cell(r, machines)  # the pretraining's machines take the first keys
-        tuning = _hours(r["finetune_hours"]) + "".join(_machine_mark(m, machines) for m in r["finetune_machines"])
-        lines.append(
-            f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
-            f"{r['gpus']} | {run_sessions} | {_precision_cell(e)} | {_hours(r['hours'])} | {tuning} | {wall} |"
-        )
+    for m in grouped:
+        runs = [e for e in m.runs if e.pretrain is not None or e.baseline]  # from elsewhere: not ours to report
+        for e in runs:
+            score = task_mean_spread(None if e.glue is None else [e.glue], tasks) if seeded else None
+            lines.append(_compute_line(e, machines, seeded, score))
+        if m.seeded and runs:
+            lines.append(_model_compute_line(m, runs, tasks))
     legend = [f"[{key}] {machine}" for machine, key in machines.items()]
     return lines + [
         "",
@@ -103,7 +106,57 @@ def compute_table(entries: list[Entry]) -> list[str]:
         "run resolved train.precision to and whether its fp32 matmuls ran in TF32 (run.json; ? for runs older than "
         "those keys). Fine-tuning h: all seeds and tasks of the model's GLUE sweep.",
         "",
+        *(
+            [
+                "With pretraining seeds: each model's row (bold) sums the compute of its pretraining runs. Task mean "
+                f"over {', '.join(tasks)}: a run's mean of its fine-tuning seeds' means, ± the fine-tuning seeds' "
+                "std of that mean; a model's mean of its pretraining seeds' task means, ± their std over pretraining "
+                "seeds, the fine-tuning seeds' std within a pretraining seed beside it (Table 5 per task).",
+                "",
+            ]
+            if seeded
+            else []
+        ),
     ]
+
+
+def _compute_line(e: Entry, machines: dict[str, str], seeded: bool, score) -> str:
+    r = compute_row(e)
+    wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
+    run_sessions = _sessions_cell(r, machines)  # the pretraining's machines take the first keys
+    tuning = _hours(r["finetune_hours"]) + "".join(_machine_mark(m, machines) for m in r["finetune_machines"])
+    line = (
+        f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
+        f"{r['gpus']} | {run_sessions} | {_precision_cell(e)} | {_hours(r['hours'])} | {tuning} | {wall} |"
+    )
+    if seeded:
+        spread = "" if score is None or score.finetune_std is None else f" ± {score.finetune_std:.2f}"
+        line += f" {'–' if score is None else f'{score.mean:.2f}{spread}'} |"
+    return line
+
+
+def _model_compute_line(m: Model, runs: list[Entry], tasks: list[str]) -> str:
+    """A model's row: its pretraining seeds' compute summed, its task mean with both spreads."""
+    rows = [compute_row(e) for e in runs]
+
+    def total(key: str) -> float | None:
+        values = [r[key] for r in rows]
+        return None if any(v is None for v in values) else sum(values)
+
+    steps = {r["steps"] for r in rows}
+    steps_cell = f"{len(rows)} × {rows[0]['steps']:,}" if len(steps) == 1 else f"{sum(r['steps'] for r in rows):,}"
+    wall = total("pfs_days_wall")
+    s = task_mean_spread(m.results, tasks)
+    score = "–"
+    if s is not None:
+        score = f"{s.mean:.2f}" + ("" if s.pretrain_std is None else f" ± {s.pretrain_std:.2f}")
+        score += "" if s.finetune_std is None else f" (fine-tuning ± {s.finetune_std:.2f})"
+    return (
+        f"| **{m.name}** ({plural(len(rows), 'pretraining seed')}) | {m.kind} | {steps_cell} | {total('tokens'):,} | "
+        f"{total('flops'):.3g} | {total('pfs_days'):.2e} | {max(r['gpus'] for r in rows)} | – | – | "
+        f"{_hours(total('hours'))} | {_hours(total('finetune_hours'))} | {'–' if wall is None else f'{wall:.2e}'} | "
+        f"{score} |"
+    )
 
 
 # -- Table 2: GLUE dev per task ----------------------------------------------------------------------------------
@@ -191,31 +244,35 @@ def _published_comparison(entries: list[Entry], tasks: list[str]) -> list[str]:
 
 
 def efficiency_points(entries: list[Entry], tasks: list[str]) -> list[dict]:
-    """Our pretrained models with a score: parameters of the fine-tuned body, FLOPs, the task mean; and what bounds
-    those numbers: the tasks above chance level (score per pfs-day averages those only), the learning gate's word
-    when it rejects the pretraining (then no score per pfs-day), a fine-tuning cap (`finetune.max_steps`) and the
-    steps where a resumed run changed `train.max_steps`."""
+    """Our pretrained models with a score: parameters of the fine-tuned body, FLOPs (of one pretraining run), the
+    task mean (means over seeds; over pretraining seeds where a model has several) and its spread (`err`: the std
+    over pretraining seeds, else over fine-tuning seeds); and what bounds those numbers: the tasks above chance
+    level (score per pfs-day averages those only), the learning gate's word when it rejects the pretraining (then
+    no score per pfs-day), a fine-tuning cap (`finetune.max_steps`) and the steps where a resumed run changed
+    `train.max_steps`."""
     points = []
-    for e in entries:
-        mean = task_mean(e.glue, tasks)
-        if e.pretrain is not None and not e.baseline and mean is not None:
-            row, gate = compute_row(e), e.judge()
-            above = [t for t in tasks if not at_chance(e.glue, t)]
-            points.append(
-                {
-                    "name": e.name,
-                    "flops": row["flops"],
-                    "params": backbone_parameters(e.pretrain.cfg.model),
-                    "score": mean,
-                    "source": "ours",
-                    "pfs_days": row["pfs_days"],
-                    "above_chance": above,
-                    "above_chance_score": task_mean(e.glue, above) if above else None,
-                    "rejected": gate.word if gate.learned is False else None,
-                    "finetune_cap": finetune_cap(e),
-                    "max_steps_changes": max_steps_changes(e.pretrain.meta),
-                }
-            )
+    for m in models(entries):
+        spread = task_mean_spread(m.results, tasks)
+        if m.pretrain is None or m.baseline or spread is None:
+            continue
+        row, gate = compute_row(m.first), m.judge()
+        above = [t for t in tasks if not at_chance_pooled(m.results, t)]
+        points.append(
+            {
+                "name": m.name,
+                "flops": row["flops"],
+                "params": backbone_parameters(m.pretrain.cfg.model),
+                "score": spread.mean,
+                "err": spread.pretrain_std if m.seeded else spread.finetune_std,
+                "source": "ours",
+                "pfs_days": row["pfs_days"],
+                "above_chance": above,
+                "above_chance_score": task_mean_spread(m.results, above).mean if above else None,
+                "rejected": gate.word if gate.learned is False else None,
+                "finetune_cap": finetune_cap(m.first),
+                "max_steps_changes": max_steps_changes(m.pretrain.meta),
+            }
+        )
     return points
 
 
@@ -356,7 +413,7 @@ def sweep_table(runs: list[Entry], tasks: list[str]) -> list[str]:
             f"| {m.generator_fraction:g} | {m.generator.hidden_size} | {e.pretrain.steps:,} | "
             f"{fmt(_last(e, 'eval_mlm_loss'), 3)} | {fmt(_last(e, 'eval_disc_auc'), 3)} | "
             f"{fmt(_last(e, 'eval_disc_recall'), 3)} | {'yes' if collapsed else 'no'} | {gate.word} | "
-            f"{fmt(task_mean(e.glue, tasks))} |"
+            f"{fmt(task_mean(e.glue, tasks, 'mean'))} |"
         )
     steps = {e.pretrain.steps for e in runs}
     lines += [

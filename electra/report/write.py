@@ -7,11 +7,18 @@ Writes into the report folder (by default STUDY/report or RUN/report): report.md
 glue.png, crossover.png and electra-minus-mlm.png (several budgets or sizes), dynamics-NAME.png (the study's
 Figure 3), collapse.png (its Figure 2), efficiency.png; and results.json
 (the first model's GLUE results in `electra glue`'s schema, every model's under "settings", and every model's
-learning-gate verdict under "gates": {"learned": true/false/null, "collapsed": ...}, so that a committed report can be
-compared with another without its run folders, scripts/compare_reports.py).
+learning-gate verdict under "gates": {"learned": true/false/null, "collapsed": ...}, and, for a study run with
+`--pretrain-seeds`, each model's nested numbers under "pretrain_seeds" (electra/report/seeds.py), so that a committed
+report can be compared with another without its run folders, scripts/compare_reports.py).
+
+A study's runs of one setting under several pretraining seeds are one model (electra/report/seeds.py): the Summary,
+the verdicts, Table 3, the crossover, ELECTRA − MLM and efficiency figures are per model, with the spread over
+pretraining seeds beside the fine-tuning seeds'; Tables 1, 2 and 4 and the dynamics keep a row per run, and Table 5
+nests each model's scores. Task means and differences are of means over seeds, the statistic the verdicts test;
+Table 2 and the GLUE figure describe each task's seeds (median, range; Table 2 the mean ± std beside).
 
 Every GLUE comparison carries the gate's verdict (electra/report/results.py) beside the scores, and every claim that one
-model beats another follows the seeds' statistics (electra/report/verdicts.py).
+model beats another follows the seeds' statistics (electra/report/verdicts.py), per task (electra/report/questions.py).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pathlib import Path
 from electra.glue.report import AGGREGATES
 from electra.report import figures
 from electra.report import tables as report_tables
+from electra.report.questions import baseline_for, electra_mlm_pairs, verdict_section
 from electra.report.results import (
     TASK_METRIC,
     Entry,
@@ -29,10 +37,10 @@ from electra.report.results import (
     collect,
     common_tasks,
     order_tasks,
-    task_mean,
     task_scores,
 )
-from electra.report.verdicts import CONFIDENCE, MIN_SEEDS, compare
+from electra.report.seeds import Model, models, nest, seeds_summary, seeds_table, task_mean_spread
+from electra.report.verdicts import CONFIDENCE, compare_models
 from electra.training.health import GATE_AUC
 from electra.utils import wording
 from electra.utils.files import write_atomic, write_json
@@ -51,12 +59,13 @@ def write_report(paths: list[str | Path], out: str | Path | None = None) -> Path
         raise ReportError("nothing to report")
     out = Path(out) if out is not None else Path(paths[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
-    tasks = common_tasks(entries)
-    lines = _header(entries, study, tasks)
-    lines += _glue_section(entries, out)
-    lines += _electra_minus_mlm(entries, tasks, out)
+    tasks, grouped = common_tasks(entries), models(entries)
+    lines = _header(entries, grouped, study, tasks)
+    lines += _glue_section(entries, grouped, out)
+    lines += _seeds_section(grouped, tasks)
+    lines += _electra_minus_mlm(grouped, tasks, out)
     lines += _dynamics_section(entries, out)
-    lines += _compute_section(entries, tasks, out)
+    lines += _compute_section(entries, grouped, tasks, out)
     lines += _config_section(entries)
     write_atomic(out / "report.md", "\n".join(lines) + "\n")
     results = [e for e in entries if e.glue]
@@ -64,8 +73,16 @@ def write_report(paths: list[str | Path], out: str | Path | None = None) -> Path
         first = results[0].glue
         judged = {e.name: e.judge() for e in results}
         gates = {name: {"learned": g.learned, "collapsed": g.collapsed} for name, g in judged.items()}
+        seeded = {m.name: seeds_summary(m, tasks) for m in grouped if m.seeded and m.results}
         write_json(
-            out / "results.json", {**first, "settings": {e.name: e.glue for e in results}, "gates": gates}, indent=2
+            out / "results.json",
+            {
+                **first,
+                "settings": {e.name: e.glue for e in results},
+                "gates": gates,
+                **({"pretrain_seeds": seeded} if seeded else {}),
+            },
+            indent=2,
         )
     return out
 
@@ -74,33 +91,36 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
 
 
-def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[str]:
+def _header(entries: list[Entry], grouped: list[Model], study: dict | None, tasks: list[str]) -> list[str]:
     lines = ["# Report", ""]
     if study is not None:
         if study.get("description"):
             lines += [study["description"], ""]
         steps = ", ".join(f"{s['name']}: {s['steps']:,}" for s in study.get("settings", []))
+        seeds = study.get("spec", {}).get("pretrain_seeds") or 1
+        over = f", each pretrained under {seeds} seeds" if seeds > 1 else ""
         lines += [
-            f"Budget per setting: {wording.budget(str(study.get('budget')))} (optimizer steps: {steps}). Fine-tuned on "
-            f"{', '.join(study.get('tasks', []))} with seeds {study.get('seeds')}. Code revision: "
+            f"Budget per setting: {wording.budget(str(study.get('budget')))} (optimizer steps: {steps}){over}. "
+            f"Fine-tuned on {', '.join(study.get('tasks', []))} with seeds {study.get('seeds')}. Code revision: "
             f"`{study.get('code_revision', 'unknown')}`.",
             "",
         ]
-    lines += [*_summary_heading(entries, tasks), ""]
+    lines += [*_summary_heading(entries, grouped, tasks), ""]
     lines += [
         "| model | objective | did pretraining learn? (held out) | task mean | vs. no pretraining |",
         "|---|---|---|---|---|",
     ]
-    for e in entries:
-        mean, baseline = task_mean(e.glue, tasks), baseline_for(e, entries)
-        base_mean = task_mean(baseline.glue, tasks) if baseline else None
-        delta = None if mean is None or base_mean is None or e.baseline else mean - base_mean
-        kind = e.kind
+    for m in grouped:
+        spread, baseline = task_mean_spread(m.results, tasks), baseline_for(m, grouped)
+        base = task_mean_spread(baseline.results, tasks) if baseline else None
+        delta = None if spread is None or base is None or m.baseline else spread.mean - base.mean
+        mean = _fmt(None if spread is None else spread.mean)
+        if spread is not None and spread.pretrain_std is not None:
+            mean += f" ± {spread.pretrain_std:.2f} ({len(m.runs)} pretraining seeds)"
         lines.append(
-            f"| {e.name} | {kind} | {e.judge().describe()} | {_fmt(mean)} | "
-            f"{'–' if delta is None else f'{delta:+.2f}'} |"
+            f"| {m.name} | {m.kind} | {m.judge().describe()} | {mean} | {'–' if delta is None else f'{delta:+.2f}'} |"
         )
-    lines += _verdicts(entries, tasks)
+    lines += verdict_section(grouped, tasks)
     never = [e.name for e in entries if e.judge().learned is False and not e.judge().collapsed]
     if never:
         lines += [
@@ -119,10 +139,17 @@ def _header(entries: list[Entry], study: dict | None, tasks: list[str]) -> list[
     return lines + [""]
 
 
-def _summary_heading(entries: list[Entry], tasks: list[str]) -> list[str]:
+def _summary_heading(entries: list[Entry], grouped: list[Model], tasks: list[str]) -> list[str]:
     """The Summary's heading, and a sentence where there is no task mean to show."""
     if tasks:
-        return [f"## Summary: mean over {', '.join(tasks)} (each task's median over seeds)"]
+        over = (
+            "; a model pretrained under several seeds: the mean of its pretraining seeds' means, ± their std"
+            if any(m.seeded for m in grouped)
+            else ""
+        )
+        return [
+            f"## Summary: mean over {', '.join(tasks)} (each task's mean over seeds, the mean the verdicts test{over})"
+        ]
     with_glue = [e for e in entries if e.glue]
     if not with_glue:
         why = "No model has GLUE results yet, so the task mean column is empty."
@@ -136,70 +163,20 @@ def _summary_heading(entries: list[Entry], tasks: list[str]) -> list[str]:
     return ["## Summary", "", why]
 
 
-def baseline_for(e: Entry, entries: list[Entry]) -> Entry | None:
-    """The no-pretraining baseline `e` is measured against: its own study's, else one pretrained on nothing but
-    built from the same corpus (another study at another budget on the same prepared data), else the first; never
-    random weights of another shape (a larger model's pretraining is not measured against a smaller model's random
-    start), where both shapes are known."""
-    baselines = [b for b in entries if b.baseline and b.glue and (None in (b.shape, e.shape) or b.shape == e.shape)]
-    same_study = [b for b in baselines if e.study is not None and b.study == e.study]
-    same_data = [b for b in baselines if b.corpus is not None and b.corpus == e.corpus]
-    return next(iter(same_study + same_data + baselines), None)
+def _seeds_section(grouped: list[Model], tasks: list[str]) -> list[str]:
+    """Models pretrained under several seeds: their scores nested (Table 5, electra/report/seeds.py)."""
+    seeded = [m for m in grouped if m.seeded and m.results]
+    return seeds_table(seeded, tasks) if seeded and tasks else []
 
 
-def _verdicts(entries: list[Entry], tasks: list[str]) -> list[str]:
-    """What the numbers allow one to say (electra/report/verdicts.py), and a word on a baseline that beats pretraining.
-    Each pretrained model is compared with its baseline (`baseline_for`), ELECTRA with MLM only within one study
-    (at its one budget: across budgets the comparison would not be at equal FLOPs)."""
-    pretrained = [e for e in entries if e.glue and not e.baseline]
-    pairs = [(e, baseline_for(e, entries)) for e in pretrained]
-    pairs = [(e, b) for e, b in pairs if b is not None]
-    matched = electra_mlm_pairs(entries)
-    if not tasks or not (pairs or matched):
-        return []
-    lines = [
-        "",
-        f"**Verdicts** at {CONFIDENCE:.0%} confidence (Welch's t-test on the difference of seed means, "
-        f"at least {MIN_SEEDS} fine-tuning seeds a side, on tasks where the model that scores higher is above "
-        "chance level; never for a pretraining the gate rejects; electra/report/verdicts.py):",
-        "",
-    ]
-    beaten = []
-    for e, baseline in pairs:
-        c = compare(e.name, e.glue, baseline.name, baseline.glue, tasks, e.judge(), baseline.judge())
-        lines.append(f"- {c.sentence('pretraining helped', 'pretraining did NOT help')}.")
-        if c.b_better:
-            beaten.append(e.name)
-    for a, b in matched:
-        c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
-        lines.append(f"- {c.sentence('ELECTRA beats MLM', 'ELECTRA does NOT beat MLM')}.")
-    if beaten:
-        lines += [
-            "",
-            f"**The no-pretraining baseline beats {', '.join(beaten)}.** Random weights fine-tune better "
-            "than these pretrained ones: at this budget pretraining has not yet learned what the tasks need, "
-            "or has moved the weights somewhere fine-tuning finds harder to leave (see the gate column and "
-            "the training dynamics). These numbers are evidence against this budget, not against the "
-            "objective.",
-        ]
-    return lines
-
-
-def electra_mlm_pairs(entries: list[Entry]) -> list[tuple[Entry, Entry]]:
-    """(ELECTRA, MLM) pretrained and fine-tuned in one study: at its one budget, so at equal FLOPs (across
-    studies they would not be)."""
-    pretrained = [e for e in entries if e.glue and not e.baseline and e.pretrain is not None]
-    electra = [e for e in pretrained if e.pretrain.kind == "electra"]
-    mlm = [e for e in pretrained if e.pretrain.kind == "mlm"]
-    return [(a, b) for a in electra for b in mlm if a.study == b.study]
-
-
-def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:
+def _electra_minus_mlm(grouped: list[Model], tasks: list[str], out: Path) -> list[str]:
     """With ELECTRA and MLM matched at more than one budget or model size: ELECTRA − MLM per study (the verdicts'
-    difference of seed means, its interval and p), as a table and a figure against pretraining FLOPs with one line
-    per model size: the small-scale counterpart of the paper's claim that ELECTRA's gain over masked-LM
-    pretraining grows as models shrink, which these numbers may confirm or contradict."""
-    pairs = electra_mlm_pairs(entries)
+    difference of seed means over the tasks that moved, its interval and p), as a table and a figure against
+    pretraining FLOPs with one line per model size: the small-scale counterpart of the paper's claim that ELECTRA's
+    gain over masked-LM pretraining grows as models shrink, which these numbers may confirm or contradict. With
+    pretraining seeds, the interval is the test's over pretraining seeds, and the fine-tuning seeds' alone is
+    shown beside it."""
+    pairs = [(a, b) for a, b in electra_mlm_pairs(grouped) if a.pretrain is not None]
     if len(pairs) < 2 or not tasks:
         return []
 
@@ -209,21 +186,20 @@ def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> lis
 
     rows, points = [], []
     for a, b in sorted(pairs, key=order):
-        c = compare(a.name, a.glue, b.name, b.glue, tasks, a.judge(), b.judge())
-        size = a.shape
+        c = compare_models(a.name, a.results, b.name, b.results, tasks, a.judge(), b.judge())
         points.append(
-            {"size": size, "name": a.name, "flops": a.pretrain.flops, "delta": c.delta, "margin": c.margin, "p": c.p}
+            {
+                "size": a.shape,
+                "name": a.name,
+                "flops": a.pretrain.flops,
+                "delta": c.delta,
+                "margin": c.margin,
+                "finetune_margin": c.finetune_margin,
+                "pretrain_seeds": c.pretrain_seeds,
+                "p": c.p,
+            }
         )
-        if c.concluded:
-            verdict = f"{'ELECTRA' if c.delta > 0 else 'MLM'} better"
-        else:
-            verdict = f"not resolved: {c.reason}"
-        delta = "–" if c.delta is None else f"{c.delta:+.1f}"
-        rows.append(
-            f"| {size} | {a.name} − {b.name} | {a.pretrain.flops:.3g} | {delta} "
-            f"| {'–' if c.margin is None else f'±{c.margin:.1f}'} | {'–' if c.p is None else _p(c.p)} "
-            f"| {c.seeds if c.seeds is not None else '–'} | {', '.join(c.tasks) or '–'} | {verdict} |"
-        )
+        rows.append(_electra_minus_mlm_row(a, b, c))
     drawn = [p for p in points if p["delta"] is not None]
     if drawn:
         figures.electra_minus_mlm(drawn, out / "electra-minus-mlm.png")
@@ -233,7 +209,8 @@ def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> lis
         "",
         f"Each row: one study's ELECTRA against its MLM (the same FLOPs); the difference of seed means over the tasks "
         "compared (those where the higher-scoring model is above chance), its "
-        f"{CONFIDENCE:.0%} interval and Welch's p, as in the verdicts.",
+        f"{CONFIDENCE:.0%} interval and Welch's p, as in the verdicts (with pretraining seeds: over pretraining-seed "
+        "means, the fine-tuning seeds' interval alone beside it).",
         "",
         "| model (discriminator) | models | pretraining FLOPs | ELECTRA − MLM (points) | "
         f"{CONFIDENCE:.0%} interval | p | seeds a side | tasks compared | verdict |",
@@ -244,14 +221,30 @@ def _electra_minus_mlm(entries: list[Entry], tasks: list[str], out: Path) -> lis
             [
                 "![ELECTRA − MLM against pretraining FLOPs, one line per model size](electra-minus-mlm.png)",
                 "",
-                f"Bars: the {CONFIDENCE:.0%} interval (electra-minus-mlm.json has each point's p); dashed: no "
-                "difference. A bar that clears zero is a difference at that confidence.",
+                f"Bars: the {CONFIDENCE:.0%} interval (electra-minus-mlm.json has each point's p); with pretraining "
+                "seeds, thin bars with caps: over pretraining seeds (the test), thick bars: the fine-tuning seeds' "
+                "alone; dashed: no difference. A bar of the test that clears zero is a difference at that confidence.",
                 "",
             ]
             if drawn
             else []
         ),
     ]
+
+
+def _electra_minus_mlm_row(a: Model, b: Model, c) -> str:
+    verdict = f"{'ELECTRA' if c.delta > 0 else 'MLM'} better" if c.concluded else f"not resolved: {c.reason}"
+    delta = "–" if c.delta is None else f"{c.delta:+.1f}"
+    margin = "–" if c.margin is None else f"±{c.margin:.1f}"
+    seeds = "–" if c.seeds is None else str(c.seeds)
+    if c.pretrain_seeds is not None:
+        seeds = f"{c.pretrain_seeds} pretraining × {seeds} fine-tuning"
+        if c.finetune_margin is not None:
+            margin += f" (fine-tuning seeds alone ±{c.finetune_margin:.1f})"
+    return (
+        f"| {a.shape} | {a.name} − {b.name} | {a.pretrain.flops:.3g} | {delta} | {margin} "
+        f"| {'–' if c.p is None else _p(c.p)} | {seeds} | {', '.join(c.tasks) or '–'} | {verdict} |"
+    )
 
 
 def _p(p: float) -> str:
@@ -263,7 +256,7 @@ def _rejected(entries: list[Entry]) -> dict[str, str]:
     return {e.name: e.judge().word for e in entries if e.judge().learned is False}
 
 
-def _glue_section(entries: list[Entry], out: Path) -> list[str]:
+def _glue_section(entries: list[Entry], grouped: list[Model], out: Path) -> list[str]:
     with_glue = [e for e in entries if e.glue]
     if not with_glue:
         return ["## GLUE", "", "No GLUE results yet.", ""]
@@ -289,7 +282,7 @@ def _glue_section(entries: list[Entry], out: Path) -> list[str]:
         "",
         *report_tables.glue_table(with_glue),
         *_sources(with_glue),
-        *_crossover(with_glue, {t: metrics[t] for t in order}, chance, out),
+        *_crossover([m for m in grouped if m.results], {t: metrics[t] for t in order}, chance, out),
     ]
 
 
@@ -306,33 +299,53 @@ def _sources(entries: list[Entry]) -> list[str]:
     return [*lines, ""]
 
 
-def _crossover(entries: list[Entry], metrics: dict[str, str], chance: dict[str, float], out: Path) -> list[str]:
+def _crossover(grouped: list[Model], metrics: dict[str, str], chance: dict[str, float], out: Path) -> list[str]:
     """With pretrained models at several budgets and a random-init baseline: each task's score against
     pretraining FLOPs per objective, beside the baseline's band (figures.crossover). With more than one model size
     in the report, one line per objective and size: a larger model at the same FLOPs is another curve, not the
     next point of the same one."""
-    pretrained = [e for e in entries if e.pretrain is not None and not e.baseline and e.pretrain.steps]
-    baselines = [{"name": e.name, "scores": task_scores(e.glue)} for e in entries if e.baseline]
-    several_sizes = len({e.shape for e in pretrained}) > 1
+    pretrained = [m for m in grouped if m.pretrain is not None and not m.baseline and m.pretrain.steps]
+    baselines = [{"name": m.name, "scores": nested_scores(m)} for m in grouped if m.baseline]
+    several_sizes = len({m.shape for m in pretrained}) > 1
     series: dict[str, list[dict]] = {}
-    for e in pretrained:
-        line = f"{e.pretrain.kind} ({e.shape})" if several_sizes else e.pretrain.kind
-        series.setdefault(line, []).append({"name": e.name, "flops": e.pretrain.flops, "scores": task_scores(e.glue)})
+    for m in pretrained:
+        line = f"{m.pretrain.kind} ({m.shape})" if several_sizes else m.pretrain.kind
+        series.setdefault(line, []).append({"name": m.name, "flops": m.pretrain.flops, "scores": nested_scores(m)})
     if not baselines or not any(len({p["flops"] for p in points}) > 1 for points in series.values()):
         return []  # no objective at two budgets: no curve
     figures.crossover(series, baselines, chance, metrics, out / "crossover.png")
+    seeded = any(m.seeded for m in grouped)
     return [
         "",
         "### GLUE against pretraining FLOPs, per task (where pretraining starts to beat random weights)",
         "",
         "![each task's score against pretraining FLOPs, per objective, beside random initialisation](crossover.png)",
         "",
-        "Lines: each objective's (and model size's) median over seeds at each budget (min–max in crossover.json); "
-        "dashed: random initialisation's median, dotted: its min–max; dash-dotted: chance. Where an objective's "
+        "Lines: each objective's (and model size's) mean over seeds at each budget (min–max in crossover.json); "
+        "thick bars: ± the fine-tuning seeds' std"
+        + ("; thin bars with caps: ± the pretraining seeds' std (models with several)" if seeded else "")
+        + "; dashed: random initialisation's mean, dotted: its min–max; dash-dotted: chance. Where an objective's "
         "line clears the baseline's band it beats random weights beyond the seeds' spread; a task at chance for "
         "every model says nothing.",
         "",
     ]
+
+
+def nested_scores(m: Model) -> dict[str, dict]:
+    """Task -> a model's mean over seeds, the lowest and highest score, and both spreads (electra/report/seeds.py),
+    for the figures."""
+    out = {}
+    for task in task_scores(m.first.glue or {}):
+        n = nest(m.results or [], task)
+        if n is not None:
+            out[task] = {
+                "mean": n.mean,
+                "low": n.low,
+                "high": n.high,
+                "pretrain_std": n.pretrain_std,
+                "finetune_std": n.finetune_std,
+            }
+    return out
 
 
 def _dynamics_section(entries: list[Entry], out: Path) -> list[str]:
@@ -391,8 +404,8 @@ def _collapse_section(runs: list[Entry], out: Path) -> list[str]:
     return lines + (report_tables.sweep_table(sweep, tasks) if sweep else [])
 
 
-def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[str]:
-    lines = ["## Compute and efficiency", "", *report_tables.compute_table(entries)]
+def _compute_section(entries: list[Entry], grouped: list[Model], tasks: list[str], out: Path) -> list[str]:
+    lines = ["## Compute and efficiency", "", *report_tables.compute_table(entries, tasks)]
     # the paper's scores average its 8 tasks: with all of them at hand (a 9-task study adds WNLI), ours average
     # exactly those and share its panel; otherwise ours average the tasks run, in a panel of their own
     paper = [t for t, _ in PAPER_TASKS]
@@ -400,9 +413,10 @@ def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[
     points = report_tables.efficiency_points(entries, averaged)
     if not points:
         return lines
-    baseline = next((e for e in entries if e.baseline and e.glue), None)
-    base_score = task_mean(baseline.glue, averaged) if baseline else None
-    ours_average = PAPER_AVERAGE if averaged == paper else f"mean over {', '.join(tasks)} (dev, medians over seeds)"
+    baseline = next((m for m in grouped if m.baseline and m.results), None)
+    base = task_mean_spread(baseline.results, averaged) if baseline else None
+    base_score = None if base is None else base.mean
+    ours_average = PAPER_AVERAGE if averaged == paper else f"mean over {', '.join(tasks)} (dev, means over seeds)"
     figures.efficiency(
         points,
         report_tables.quoted_points(),
@@ -422,7 +436,10 @@ def _compute_section(entries: list[Entry], tasks: list[str], out: Path) -> list[
     return lines + [
         "![score against pretraining FLOPs](efficiency.png)",
         "",
-        f"Ours (measured) and the ELECTRA paper's Table 1 points (quoted) {same}; dashed: no pretraining.",
+        f"Ours (measured) and the ELECTRA paper's Table 1 points (quoted) {same}; dashed: no pretraining. Error "
+        "bars on ours: ± the seeds' std of the score (over pretraining seeds where a model has several, else over "
+        "fine-tuning seeds); the score axis spans at least "
+        f"{figures.MIN_SCORE_RANGE:g} points, so that seed noise does not read as a slope.",
         "",
         *report_tables.efficiency_table(points, base_score, ours_average, averaged),
     ]

@@ -26,7 +26,6 @@ shown; the report's gate says which pretraining runs learned.
 
 from __future__ import annotations
 
-import math
 import shutil
 from pathlib import Path
 
@@ -36,8 +35,10 @@ from electra.data.synthetic_tasks import write_synthetic_tasks
 from electra.data.tokenizer import train_tokenizer
 from electra.glue.tasks import resolve_tasks
 from electra.modeling.flops import off_train_flops
-from electra.report.results import collect, common_tasks, task_mean
-from electra.report.verdicts import CONFIDENCE, compare
+from electra.report.questions import answer_lines, questions
+from electra.report.results import collect, common_tasks
+from electra.report.seeds import models
+from electra.report.verdicts import CONFIDENCE
 from electra.study.grid import StudySpec, vocabulary_size
 from electra.study.run import run_study
 from electra.utils.wording import plural
@@ -138,37 +139,26 @@ def print_verdict(study: Path) -> None:
     print("\n".join(verdict_lines(study)))
 
 
-NO_HELP = "pretraining did NOT help (no pretraining is better)"
-
-
 def verdict_lines(study: Path) -> list[str]:
-    """What the report allows one to say, in plain words (electra/report/verdicts.py): whether each pretraining beat no
-    pretraining and whether ELECTRA beat MLM, only where Welch's t-test finds the difference at the stated
-    confidence, with at least 3 seeds a side, on tasks where the model that scores higher is above chance level,
-    and never for a pretraining the gate rejects; with the gate's word where a pretraining run did not learn
+    """What the report allows one to say, in plain words: the report's own verdicts (electra/report/questions.py),
+    per task and pooled over the tasks that moved: whether each pretraining beat no pretraining and whether ELECTRA
+    beat MLM, only where Welch's t-test finds the difference at the stated confidence, with at least 3 seeds a side
+    (pretraining seeds, where the study has several), on tasks where the model that scores higher is above chance
+    level, and never for a pretraining the gate rejects; with the gate's word where a pretraining run did not learn
     (never learned, or collapsed)."""
     entries, _ = collect([study])
     tasks = common_tasks(entries)
+    helped, beats = questions(models(entries), tasks)
     lines = [
         f"\n== verdict at {CONFIDENCE:.0%} confidence (each task's mean over seeds, on "
         f"{', '.join(Path(t).name for t in tasks)})"
     ]
-    # by the runs' objective where a pretraining run is at hand (a study's names: kind=electra, ...), else by the
-    # demo's names (electra..., mlm, none)
-    base = next((e for e in entries if e.baseline or e.name == "none"), None)
-    for e in entries:
-        if e is base or base is None:
-            continue
-        c = compare(e.name, e.glue, base.name, base.glue, tasks, e.judge(), base.judge())
-        line = f"   {e.name}: " + c.sentence("pretraining helped", NO_HELP)
-        verdict = e.judge()
+    for q in helped:
+        said = [f"   {q.a.name}: {line}" for line in answer_lines(q)]
+        verdict = q.a.judge()
         if verdict.learned is False:  # the gate's own word: a collapse is not a run that never learned
-            line += f"; its pretraining {verdict.word} (" + "; ".join(verdict.reasons) + ")"
-        lines.append(line)
-    electra = [e for e in entries if (e.kind == "electra" or e.name.startswith("electra")) and e.glue]
-    mlm = next((e for e in entries if (e.kind == "mlm" or e.name == "mlm") and e.glue), None)
-    if mlm is not None and electra:
-        best = max(electra, key=lambda e: task_mean(e.glue, tasks) or -math.inf)
-        c = compare(best.name, best.glue, mlm.name, mlm.glue, tasks, best.judge(), mlm.judge())
-        lines.append("   at equal FLOPs: " + c.sentence("ELECTRA beats MLM", "ELECTRA does NOT beat MLM"))
+            said[-1] += f"; its pretraining {verdict.word} (" + "; ".join(verdict.reasons) + ")"
+        lines += said
+    for q in beats:
+        lines += [f"   at equal FLOPs: {line}" for line in answer_lines(q)]
     return lines

@@ -1,4 +1,11 @@
-"""A study's grid: its spec, the settings it expands to, and the steps each gets under the budget."""
+"""A study's grid: its spec, the settings it expands to, and the steps each gets under the budget.
+
+With `pretrain_seeds` N > 1 every setting NAME becomes N settings NAME-p0 ... NAME-p{N-1}, pretrained under
+train.seed = the setting's own seed + k (for objective.kind=none: N initialisations), each in its own folders
+(STUDY/runs/NAME-pK/pretrain, STUDY/runs/NAME-pK/glue) and fine-tuned over the study's seeds; each records its
+group (NAME) and its seed, which study.json keeps and the report nests by. Pretraining, fine-tuning, the plan,
+the progress lines and resuming go through the per-setting code unchanged. N = 1 (the default) gives the settings
+and folders a study always had (NAME, STUDY/runs/NAME/...)."""
 
 from __future__ import annotations
 
@@ -57,6 +64,11 @@ class StudySpec:
     tasks: str = "sst2,mrpc,rte,wnli"
     glue_dir: str | None = None
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """Fine-tuning seeds of every pretrained model."""
+    pretrain_seeds: int = 1
+    """Pretraining seeds per setting: N > 1 pretrains each setting N times (train.seed = its seed + k, k = 0..N-1;
+    objective.kind=none: N initialisations) as settings NAME-p0 ... NAME-p{N-1}, each fine-tuned over `seeds`, and
+    the report's verdicts test over the pretraining seeds. 1: one pretraining run per setting, named NAME."""
     recipe: str = "off"
     """The fine-tuning recipe (electra glue --recipe)."""
     finetune_overrides: list[str] = field(default_factory=list)
@@ -77,6 +89,8 @@ class StudySpec:
 
 # the fields that may change between a study's invocations without changing what it computes
 _NOT_FINGERPRINTED = ("parallel", "device", "description", "out", "loggers", "progress", "executor", "slurm")
+# fields added since studies were first written, and what a study.json without them asked for
+_ABSENT_MEANS = {"pretrain_seeds": 1}
 
 
 @dataclass
@@ -89,14 +103,19 @@ class Setting:
     steps: int = 0
     seconds_per_step: float | None = None
     """Measured for a seconds budget."""
+    group: str | None = None
+    """The setting this is a pretraining seed of (its NAME without -pK); None in studies written before."""
+    pretrain_seed: int | None = None
+    """Its train.seed; None: the base config's (studies written before pretraining seeds)."""
 
     def overrides(self, spec: StudySpec) -> list[str]:
         values = [f"{k}={v}" for k, v in self.values.items()]
+        seed = [] if self.pretrain_seed is None else [f"train.seed={self.pretrain_seed}"]
         steps = [f"train.max_steps={self.steps}"] if self.steps else []
         data = [f"data.path={spec.data}"] if spec.data else []
         # the tokenizer's vocabulary, as the run will resolve it: so that the budget's FLOPs are the run's
         vocab = [f"model.vocab_size={vocabulary_size(spec.data)}"]
-        return [*spec.overrides, *data, *vocab, *values, *steps]
+        return [*spec.overrides, *data, *vocab, *values, *seed, *steps]
 
     def config(self, spec: StudySpec) -> PretrainConfig:
         return load_config(spec.base, self.overrides(spec))
@@ -113,7 +132,19 @@ def vocabulary_size(data: str | None) -> int:
 
 def grid(spec: StudySpec) -> list[Setting]:
     """The settings: the product of the --vary lists, in the order given, then the named --setting entries (one
-    setting, the base config, when neither is given)."""
+    setting, the base config, when neither is given); each under every pretraining seed (`with_pretrain_seeds`)."""
+    check_pretrain_seeds(spec)
+    settings = with_pretrain_seeds(spec, _named_settings(spec))
+    if len({s.name for s in settings}) != len(settings):
+        raise ConfigError(
+            "two settings get the same name; vary keys with distinct last parts, or rename one of "
+            f"{argument('settings')}"
+        )
+    return settings
+
+
+def _named_settings(spec: StudySpec) -> list[Setting]:
+    """The settings the --vary lists and --setting entries name, before pretraining seeds."""
     axes = []
     for item in spec.vary:
         key, sep, values = item.partition("=")
@@ -135,12 +166,25 @@ def grid(spec: StudySpec) -> list[Setting]:
         values = dict(p.split("=", 1) for p in pairs)
         values = {k.strip(): v.strip() for k, v in values.items()}
         settings.append(Setting(name.strip(), values, kind=values.get("objective.kind", "electra")))
-    if len({s.name for s in settings}) != len(settings):
-        raise ConfigError(
-            "two settings get the same name; vary keys with distinct last parts, or rename one of "
-            f"{argument('settings')}"
-        )
     return settings
+
+
+def check_pretrain_seeds(spec: StudySpec) -> None:
+    n = spec.pretrain_seeds
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{argument('pretrain_seeds', n)}: expected a whole number of pretraining seeds, 1 or more")
+
+
+def with_pretrain_seeds(spec: StudySpec, settings: list[Setting]) -> list[Setting]:
+    """Each setting under `spec.pretrain_seeds` seeds: train.seed = the setting's own (its config's) + k, named
+    NAME-pK (NAME alone for one seed), its group NAME."""
+    out = []
+    for s in settings:
+        first = s.config(spec).train.seed
+        for k in range(spec.pretrain_seeds):
+            name = s.name if spec.pretrain_seeds == 1 else f"{s.name}-p{k}"
+            out.append(dataclasses.replace(s, name=name, group=s.name, pretrain_seed=first + k))
+    return out
 
 
 def parse_budget(text: str) -> tuple[str, float | None]:
@@ -165,9 +209,14 @@ def assign_steps(spec: StudySpec, settings: list[Setting]) -> None:
 
     kind, value = parse_budget(spec.budget)
     pretraining = [s for s in settings if s.kind != "none"]
+    assigned: dict[str, Setting] = {}  # a setting's pretraining seeds get the steps of its first
     for s in settings:
         if s.kind == "none":
             s.steps = 0
+            continue
+        first = assigned.setdefault(s.group or s.name, s)
+        if first is not s:
+            s.steps, s.seconds_per_step = first.steps, first.seconds_per_step
             continue
         cfg = s.config(spec)
         if kind == "steps":
@@ -225,18 +274,26 @@ def calibration_step(cfg: PretrainConfig, device: str | None):
 
 
 def fingerprint(spec: StudySpec) -> str:
-    fields = {k: v for k, v in dataclasses.asdict(spec).items() if k not in _NOT_FINGERPRINTED}
+    """What the study computes, hashed; a field added since keeps the fingerprint of studies written before it
+    while it asks what they did (one pretraining seed), so that the same command continues them."""
+    fields = {
+        k: v
+        for k, v in dataclasses.asdict(spec).items()
+        if k not in _NOT_FINGERPRINTED and (k not in _ABSENT_MEANS or v != _ABSENT_MEANS[k])
+    }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def changed_fields(saved: dict, spec: StudySpec) -> list[str]:
+    """The fingerprinted fields `spec` asks otherwise than `saved` (study.json's spec) did."""
+    asked = dataclasses.asdict(spec)
+    return [k for k in asked if k not in _NOT_FINGERPRINTED and saved.get(k, _ABSENT_MEANS.get(k)) != asked[k]]
 
 
 def spec_differences(saved: dict, spec: StudySpec) -> list[str]:
     """`key: saved -> asked` for each fingerprinted field a rerun changed."""
     asked = dataclasses.asdict(spec)
-    return [
-        f"{k}: {saved.get(k)!r} -> {asked[k]!r}"
-        for k in asked
-        if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]
-    ]
+    return [f"{k}: {saved.get(k, _ABSENT_MEANS.get(k))!r} -> {asked[k]!r}" for k in changed_fields(saved, spec)]
 
 
 def run_dir(spec: StudySpec, setting: Setting) -> Path:

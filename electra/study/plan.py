@@ -65,6 +65,8 @@ class Plan:
     pretrain_workers: int = 1
     """Pretraining runs at a time (`--parallel`, at most the runs to do)."""
     finetune_workers: int = 1
+    pretrain_seeds: int = 1
+    """Pretraining seeds per setting of the grid (`settings` holds each setting under each)."""
 
     @property
     def finetune_runs(self) -> int:
@@ -93,16 +95,19 @@ def make_plan(spec, settings) -> Plan:
 
     todo = [s for s in settings if s.kind != "none" and not pretrained(run_dir(spec, s) / "pretrain", s.steps)]
     pretrain_workers, finetune_workers = max(1, min(spec.parallel, len(todo))), max(1, spec.parallel)
-    rows = []
+    rows, timed = [], {}  # timed: a setting's pretraining seeds run the same step, timed once
     with worker_threads(pretrain_workers, spec.device):
         for s in settings:
             cfg = s.config(spec)
             flops = off_train_flops(cfg, s.steps) if s.steps else 0.0
-            seconds = None
-            if s in todo:
-                seconds = (s.seconds_per_step or seconds_per_step(cfg, spec.device)) * s.steps
-            precision = run_precision(cfg, spec.device)
-            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, seconds, precision, schedule_warnings(cfg)))
+            precision, warnings = run_precision(cfg, spec.device), schedule_warnings(cfg)
+            if s not in todo:
+                rows.append(SettingPlan(s.name, s.kind, s.steps, flops, None, precision, warnings))
+                continue
+            group = s.group or s.name
+            per_step = s.seconds_per_step or timed.get(group) or seconds_per_step(cfg, spec.device)
+            timed[group] = per_step
+            rows.append(SettingPlan(s.name, s.kind, s.steps, flops, per_step * s.steps, precision, warnings))
     tasks, step = finetune_lengths(spec), None
     if tasks:
         cfg = settings[0].config(spec)
@@ -110,7 +115,9 @@ def make_plan(spec, settings) -> Plan:
         with worker_threads(finetune_workers, spec.device):
             timed = {n: finetune_step_seconds(cfg, spec, n) for n in sorted(set(lengths.values()))}
         step = {t: timed[n] for t, n in lengths.items()}
-    return Plan(rows, spec.budget, tasks, len(spec.seeds), step, pretrain_workers, finetune_workers)
+    return Plan(
+        rows, spec.budget, tasks, len(spec.seeds), step, pretrain_workers, finetune_workers, spec.pretrain_seeds
+    )
 
 
 def finetune_lengths(spec) -> dict[str, int]:
@@ -186,7 +193,10 @@ def run_precision(cfg, device: str | None) -> str:
 def plan_lines(plan: Plan, out: str) -> list[str]:
     """The plan as printed: one line per setting, the fine-tuning runs, the estimated wall time."""
     width = max(len(s.name) for s in plan.settings)
-    lines = [f"== the plan of study {out}: {plural(len(plan.settings), 'setting')}, budget {budget(plan.budget)} each"]
+    grid = plural(len(plan.settings), "setting")
+    if plan.pretrain_seeds > 1:
+        grid += f" ({len(plan.settings) // plan.pretrain_seeds} x {plan.pretrain_seeds} pretraining seeds)"
+    lines = [f"== the plan of study {out}: {grid}, budget {budget(plan.budget)} each"]
     for s in plan.settings:
         if s.kind == "none":
             when = "no pretraining (random initialisation)"

@@ -9,6 +9,7 @@ report: the reproduction study's experiments (generator size, ELECTRA vs MLM vs 
     STUDY/runs/NAME/pretrain/   each setting's pretraining run (objective.kind=none: a step-0 checkpoint, i.e.
                                 random initialisation, the no-pretraining baseline)
     STUDY/runs/NAME/glue/       its GLUE sweep (electra glue)
+    STUDY/runs/NAME-pK/...      with --pretrain-seeds N > 1: the same for each pretraining seed k = 0..N-1
     STUDY/report/               report.md and figures (electra report)
 
 Budgets are made equal before anything runs, by giving each setting its number of optimizer steps: `steps=N`
@@ -47,10 +48,11 @@ from electra.glue.sweep import (
 )
 from electra.report.write import write_report
 from electra.study.grid import (
-    _NOT_FINGERPRINTED,
     Setting,
     StudySpec,
     assign_steps,
+    changed_fields,
+    check_pretrain_seeds,
     fingerprint,
     grid,
     pretrained,
@@ -83,8 +85,7 @@ EXTENDABLE = ("seeds", "tasks")
 
 def extends(saved: dict, spec: StudySpec) -> bool:
     """Whether `spec` asks for the study `saved` (study.json's spec) with more seeds and/or tasks, nothing else."""
-    asked = dataclasses.asdict(spec)
-    changed = {k for k in asked if k not in _NOT_FINGERPRINTED and saved.get(k) != asked[k]}
+    changed = set(changed_fields(saved, spec))
     if not changed or not changed <= set(EXTENDABLE) or "seeds" not in saved or "tasks" not in saved:
         return False
     return set(saved["seeds"]) <= set(spec.seeds) and set(saved["tasks"].split(",")) <= set(spec.tasks.split(","))
@@ -94,6 +95,7 @@ def start(spec: StudySpec) -> list[Setting]:
     """The settings with their steps: from study.json when this study exists (refused if it asked for other
     things), else computed now and written."""
 
+    check_pretrain_seeds(spec)
     path = Path(spec.out) / "study.json"
     if path.exists():
         saved = json.loads(path.read_text())
@@ -146,6 +148,8 @@ def start(spec: StudySpec) -> list[Setting]:
                     "seconds_per_step": s.seconds_per_step,
                     "pretrain": f"runs/{s.name}/pretrain",
                     "glue": f"runs/{s.name}/glue",
+                    "group": s.group,
+                    "pretrain_seed": s.pretrain_seed,
                     "setting_state": dataclasses.asdict(s),
                 }
                 for s in settings

@@ -3,6 +3,9 @@ step-0 run folder that `electra glue --model` fine-tunes and `electra report` me
 
 The weights are exactly the first ones an ELECTRA run with the same config and seed trains from (the same seed
 before the same constructor), so "pretraining vs none" compares one starting point with and without the training.
+Its run.json says what wrote it, as a training run's does (the report's Table 1 reads it): the device the weights
+were built on (this process's CPU), their precision (fp32: nothing was trained in another), the machine and the code
+revision, in one session of 0 steps.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from electra.modeling.electra import build_model
 from electra.training.checkpoint import RunMeta, checkpoint_dir, list_checkpoints, save_model_checkpoint
 from electra.training.resume import prepare_run_dir
 from electra.utils.files import folder_lock, write_atomic
+from electra.utils.machine import describe_machine
+from electra.utils.revision import code_revision
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.pretrain")
@@ -44,7 +49,7 @@ def write_initialised_run(
             return meta
         data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.tokens.vocab_size))
-        meta = RunMeta()
+        meta = initialised_meta()
         prepare_run_dir(run_dir, cfg, data.tokens, meta)
         torch.manual_seed(cfg.train.seed)  # as the training loop seeds rank 0 before it builds its model
         save_model_checkpoint(build_model(cfg), cfg, checkpoint_dir(run_dir, 0))
@@ -57,3 +62,25 @@ def write_initialised_run(
         run_dir,
     )
     return meta
+
+
+def initialised_meta() -> RunMeta:
+    """run.json of a step-0 run: built on this process's CPU in fp32, by this code, in one session of no steps."""
+    cpu = torch.device("cpu")
+    session = {
+        "device": cpu.type,
+        "machine": describe_machine(cpu),
+        "threads": torch.get_num_threads(),
+        "world_size": 1,
+        "start_step": 0,
+        "start_seconds": 0.0,
+        "max_steps": 0,
+    }
+    return RunMeta(
+        code_revision=code_revision(),
+        device=cpu.type,
+        sessions=[session],
+        precision="fp32",
+        precision_reason="no training: the initialised weights as built",
+        tf32=False,
+    )

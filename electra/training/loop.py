@@ -20,7 +20,6 @@ import dataclasses
 import inspect
 import logging
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +65,7 @@ from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
 from electra.utils.files import FolderLock, folder_lock, write_atomic
 from electra.utils.machine import choose_threads, describe_machine
+from electra.utils.revision import code_revision
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.pretrain")
@@ -116,21 +116,6 @@ def plan_step(cfg: PretrainConfig, per_rank: int, dev: torch.device) -> StepPlan
     return StepPlan(
         precision, resolve_compile(cfg.train.compile, dev), micro_batch_size(cfg, per_rank, precision.name, dev)
     )
-
-
-def code_revision() -> str:
-    try:
-        root = Path(__file__).resolve().parents[1]
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 @dataclass
