@@ -45,6 +45,7 @@ from electra.executors.partition import fit_to_cluster
 from electra.executors.slurm import SlurmOptions, check_options, current_job_id, request_text
 from electra.glue.finetune import Pretrained, finetune, load_pretrained, prepare
 from electra.glue.loading import TaskData, load_task
+from electra.glue.plan import make_plan, plan_lines
 from electra.glue.report import chance_lines, pretraining_gate, run_folder, write_report
 from electra.glue.submission import write_submission
 from electra.glue.tasks import TASKS, TaskSpec, resolve_tasks
@@ -183,8 +184,13 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
               + "; ".join(notes))  # fmt: skip
     sweep = open_sweep(spec)
     out, header, runs, codes = Path(spec.out), sweep.header, sweep.runs, []
+    devices = spec.devices or [spec.device] * spec.num_workers
+    if sweep.pending:  # what it will do, and about how long, before the first run
+        p = sweep.pretrained
+        plan = make_plan(sweep.data, sweep.pending, p.cfg, p.tokenizer, spec.finetune, resolve_device(devices[0]),
+                         len(devices))  # fmt: skip
+        print("\n".join(plan_lines(plan, str(out), on_slurm=spec.executor == "slurm")), flush=True)
     try:
-        devices = spec.devices or [spec.device] * spec.num_workers
         if spec.executor == "slurm":
             try:
                 on_slurm(spec, sweep.pending, on_runs)

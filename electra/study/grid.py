@@ -9,7 +9,6 @@ and folders a study always had (NAME, STUDY/runs/NAME/...)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -26,12 +25,12 @@ from electra.data.corpus import TOKENIZER_FILE
 from electra.data.synthetic import synthetic_tokenizer_info
 from electra.data.tokenizer import tokenizer_info
 from electra.executors.slurm import SlurmOptions
+from electra.glue.plan import worker_threads
 from electra.modeling.flops import off_train_flops
 from electra.training.checkpoint import run_finished
 from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
-from electra.utils.processes import usable_cpus
 from electra.utils.wording import argument
 
 log = logging.getLogger("electra.study")
@@ -305,21 +304,3 @@ def pretrained(run: Path, steps: int) -> bool:
     final evaluation logged (electra.training.checkpoint.run_finished)."""
     meta = run / "run.json"
     return bool(run_finished(run)) and json.loads(meta.read_text()).get("step") == steps
-
-
-@contextlib.contextmanager
-def worker_threads(workers: int, device: str | None):
-    """Time steps with the threads one of `workers` CPU worker processes will have (electra/study/run.py and
-    electra/glue/sweep.py give each its share of the cores)."""
-    import torch
-
-    on_cpu = device == "cpu" or (device in (None, "auto") and not torch.cuda.is_available())
-    if workers == 1 or not on_cpu:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, usable_cpus() // workers))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

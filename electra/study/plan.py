@@ -11,9 +11,6 @@ wall time is the busiest worker's share, not the sum).
 from __future__ import annotations
 
 import functools
-import math
-import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,22 +18,15 @@ from electra.config import load_finetune_config, schedule_warnings
 from electra.data.corpus import TOKENIZER_FILE
 from electra.data.synthetic import synthetic_tokenizer_dir
 from electra.data.tokenizer import load_tokenizer
-from electra.glue.features import encode
 from electra.glue.finetune import run_length
-from electra.glue.heads import GlueModel
 from electra.glue.loading import load_task
-from electra.glue.optim import build_optimizer
+from electra.glue.plan import padded_length, step_seconds, worker_threads
 from electra.glue.tasks import resolve_tasks
-from electra.modeling.electra import ElectraModel
 from electra.modeling.flops import off_train_flops
-from electra.study.grid import pretrained, run_dir, seconds_per_step, worker_threads
-from electra.training.optim import clip_and_step
+from electra.study.grid import pretrained, run_dir, seconds_per_step
 from electra.training.precision import resolve_device, resolve_precision, tf32_on
-from electra.training.timing import sync, synthetic_batch
 from electra.utils.wording import budget, duration, plural
 
-FINETUNE_TIMED_STEPS = 3  # timed fine-tuning steps (after one untimed)
-LENGTH_SAMPLE = 4096  # training examples tokenized to estimate a task's padded batch length
 
 
 @dataclass
@@ -141,46 +131,23 @@ def _train_sets(tasks: str, glue_dir: str | None) -> list:
 
 
 def padded_lengths(spec, max_positions: int) -> dict[str, int]:
-    """Task -> the length its training batches are padded to, on average: the mean longest example of random
-    batches of the recipe's size, from a sample of the task's training examples tokenized as fine-tuning will
-    (electra/glue/features.py encode), rounded up to a multiple of 8."""
-    import numpy as np
-
+    """Task -> the length its training batches are padded to, on average (electra/glue/plan.py padded_length), with
+    the study's tokenizer."""
     tokenizer = load_tokenizer(synthetic_tokenizer_dir() if spec.data is None else Path(spec.data) / TOKENIZER_FILE)
     ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
-    batch, max_length = ft.batch_size, min(ft.max_length, max_positions)
-    rng = np.random.default_rng(0)
-    lengths = {}
-    for t, train in _train_sets(spec.tasks, spec.glue_dir):
-        sample = [train[i] for i in rng.permutation(len(train))[:LENGTH_SAMPLE]]
-        n = np.array([len(x) for x in encode(sample, tokenizer, max_length).input_ids])
-        longest = n[rng.integers(0, len(n), size=(256, min(batch, len(n))))].max(axis=1).mean()
-        lengths[t.task.name] = min(max_length, 8 * math.ceil(longest / 8))
-    return lengths
+    return {t.task.name: padded_length(train, tokenizer, ft, max_positions) for t, train in _train_sets(spec.tasks,
+            spec.glue_dir)}  # fmt: skip
 
 
 def finetune_step_seconds(cfg, spec, length: int) -> float:
     """Median seconds of a fine-tuning step of the base model (the discriminator body, a two-class head) at the
-    recipe's batch size and the given length on the study's device."""
+    recipe's batch size and the given length on the study's device (electra/glue/plan.py step_seconds)."""
     import torch
-    import torch.nn.functional as F
 
     ft = load_finetune_config(spec.recipe, spec.finetune_overrides)
-    dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = GlueModel(ElectraModel(cfg.model), cfg.model, ft.head, 2).to(dev)
-    opt = build_optimizer(model, ft, cfg.model.num_layers)
-    batch = synthetic_batch(cfg.model.vocab_size, ft.batch_size, length, dev)
-    labels = torch.zeros(ft.batch_size, dtype=torch.long, device=dev)
-    times = []
-    for i in range(1 + FINETUNE_TIMED_STEPS):
-        sync(dev)
-        start = time.perf_counter()
-        F.cross_entropy(model(*batch).float(), labels).backward()
-        clip_and_step(opt, None, list(model.parameters()), ft.grad_clip)
-        sync(dev)
-        if i:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return step_seconds(
+        cfg.model, ft, length, torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    )
 
 
 def run_precision(cfg, device: str | None) -> str:
