@@ -21,18 +21,23 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/electra demo --out runs/demo
 
-# everything: the fast tier, then the slow one
-test: $(STAMP)
-	$(PY) -m pytest --durations=20 tests
+# Every tier runs on all cores (pytest-xdist, one test process per core; the SLURM tests share one process, which
+# starts the localhost cluster once). PYTEST_WORKERS=1 runs one test at a time.
+PYTEST_WORKERS ?= auto
+XDIST  := -n $(PYTEST_WORKERS) --dist loadgroup
 
-# the fast tier: no fresh Python process, no end-to-end run; about a minute on two cores
+# everything, the slowest 20 tests listed at the end
+test: $(STAMP)
+	$(PY) -m pytest $(XDIST) --durations=20 tests
+
+# the fast tier: no fresh Python process, no end-to-end run
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" tests
+	$(PY) -m pytest $(XDIST) -m "not slow" tests
 
 # the slow tier: child processes (kills, kill storms, torch.distributed, fresh interpreters, W&B), whole toy studies,
 # 5000 fuzzed inputs per reader (docs/reliability.md)
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow tests
+	$(PY) -m pytest $(XDIST) -m slow tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check electra tests
