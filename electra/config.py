@@ -506,8 +506,18 @@ def _fraction(x, low_open: bool = False, high_open: bool = True) -> bool:
 
 
 def _range_rules(cfg: PretrainConfig) -> list[tuple[str, Any, bool, str]]:
-    """(key, value, ok, what it must be) for every value with a range of its own."""
-    m, o, d, t = cfg.model, cfg.objective, cfg.data, cfg.train
+    """(key, value, ok, what it must be) for every value with a range of its own, section by section in the order
+    validate reports them (model, objective, data, train)."""
+    return [
+        *_model_ranges(cfg.model),
+        *_objective_ranges(cfg.objective),
+        *_data_ranges(cfg.data),
+        *_train_ranges(cfg.train),
+    ]
+
+
+def _model_ranges(m: ModelConfig) -> list[tuple[str, Any, bool, str]]:
+    """The model's sizes, dropouts and ids."""
     gen_sizes = (m.generator_hidden_size, m.generator_num_heads, m.generator_intermediate_size)
     return [
         *[
@@ -533,6 +543,12 @@ def _range_rules(cfg: PretrainConfig) -> list[tuple[str, Any, bool, str]]:
         ("model.layer_norm_eps", m.layer_norm_eps, _positive(m.layer_norm_eps), "> 0"),
         ("model.initializer_range", m.initializer_range, _positive(m.initializer_range), "> 0"),
         ("model.pad_token_id", m.pad_token_id, 0 <= m.pad_token_id < m.vocab_size, "in [0, model.vocab_size)"),
+    ]
+
+
+def _objective_ranges(o: ObjectiveConfig) -> list[tuple[str, Any, bool, str]]:
+    """The masking rates, the sampling temperature and replacement schedules, the loss weights."""
+    return [
         ("objective.mask_prob", o.mask_prob, _fraction(o.mask_prob, True), "in (0, 1)"),
         ("objective.mask_token_prob", o.mask_token_prob, _fraction(o.mask_token_prob, False, False), "in [0, 1]"),
         ("objective.temperature", o.temperature, _positive(o.temperature), "> 0"),
@@ -568,8 +584,20 @@ def _range_rules(cfg: PretrainConfig) -> list[tuple[str, Any, bool, str]]:
             o.discriminator_weight >= 0 and math.isfinite(o.discriminator_weight),
             ">= 0",
         ),
+    ]
+
+
+def _data_ranges(d: DataConfig) -> list[tuple[str, Any, bool, str]]:
+    """The sequence length and the held-out share."""
+    return [
         ("data.seq_len", d.seq_len, d.seq_len >= 4, ">= 4 ([CLS] A [SEP] B [SEP] needs room)"),
         ("data.eval_fraction", d.eval_fraction, _fraction(d.eval_fraction), "in [0, 1)"),
+    ]
+
+
+def _train_ranges(t: TrainConfig) -> list[tuple[str, Any, bool, str]]:
+    """Steps, batches, optimizer, cadences and checkpoint retention."""
+    return [
         ("train.max_steps", t.max_steps, t.max_steps >= 1, ">= 1"),
         ("train.threads", t.threads, t.threads == "auto" or t.threads >= 1, ">= 1 or auto"),
         ("train.batch_size", t.batch_size, t.batch_size >= 1, ">= 1"),

@@ -305,6 +305,37 @@ def _tokenize(
         os.fsync(f.fileno())
     if num_tokens == 0:
         raise InputError(f"{', '.join(inputs)}: no tokens after tokenization (empty inputs?)")
+    return _tokens_metadata(
+        line_lengths,
+        doc_line_counts,
+        num_tokens=num_tokens,
+        tokens_sha256=tokens_hash.hexdigest(),
+        dtype=dtype,
+        vocab_size=vocab_size,
+        unk_tokens=num_unk if unk_id is not None else None,
+        empty_after_tokenizing=empty_after_tokenizing,
+        stats=stats,
+        read_options=read_options,
+        workers=workers,
+    )
+
+
+def _tokens_metadata(
+    line_lengths: list[np.ndarray],
+    doc_line_counts: list[np.ndarray],
+    *,
+    num_tokens: int,
+    tokens_sha256: str,
+    dtype: np.dtype,
+    vocab_size: int,
+    unk_tokens: int | None,
+    empty_after_tokenizing: int,
+    stats: ReadStats,
+    read_options: ReadOptions,
+    workers: int,
+) -> dict:
+    """`_tokenize`'s metadata from what it counted while writing tokens.bin: the line and document offsets (from
+    each batch's kept line lengths and lines per document), the counts, and None for what `prepare` fills in."""
     line_offsets = np.concatenate([[0], np.cumsum(np.concatenate(line_lengths))]).astype(np.int64)
     line_counts = np.concatenate(doc_line_counts)
     doc_offsets = line_offsets[np.concatenate([[0], np.cumsum(line_counts)])]
@@ -319,11 +350,11 @@ def _tokenize(
         "source_fingerprint": None,
         "sources": None,
         "read_options": None,
-        "sha256": {TOKENS_FILE: tokens_hash.hexdigest()},
+        "sha256": {TOKENS_FILE: tokens_sha256},
         "bytes": stats.bytes,
         "empty_documents": stats.empty_documents + empty_after_tokenizing,
-        "unk_tokens": num_unk if unk_id is not None else None,
-        "unk_rate": round(num_unk / num_tokens, 6) if unk_id is not None else None,
+        "unk_tokens": unk_tokens,
+        "unk_rate": round(unk_tokens / num_tokens, 6) if unk_tokens is not None else None,
         "replaced_invalid_utf8": stats.replaced_chars,
         "first_invalid_utf8": stats.first_replacement,
         "document_tokens": _length_stats(np.diff(doc_offsets)),

@@ -37,7 +37,7 @@ from electra.glue.tasks import Task
 from electra.training import precision as devices
 from electra.training.checkpoint import load_discriminator, model_source
 from electra.training.optim import clip_and_step, scheduled_lr
-from electra.training.precision import resolve_precision
+from electra.training.precision import Precision, resolve_precision
 from electra.training.trackers import write_metrics
 from electra.utils.files import write_atomic
 from electra.utils.machine import describe_machine
@@ -206,15 +206,7 @@ def finetune(
 
     history = []
     losses = torch.full((total,), float("nan"), device=device)  # per step, read every LOG_EVERY steps: no sync
-    every = 0.1 if sys.stderr.isatty() else 30.0  # a log file gets a line every 30 s, not 10 a second
-    bar = tqdm(
-        total=total,
-        desc=f"{task.name} seed {seed}",
-        disable=not progress,
-        leave=False,
-        dynamic_ncols=True,
-        mininterval=every,
-    )
+    bar = _progress_bar(total, f"{task.name} seed {seed}", progress)
     step = 0
     for epoch in range(epochs):
         if step >= total:
@@ -238,10 +230,56 @@ def finetune(
             history.append({"epoch": epoch + 1, "step": step, "metrics": evaluate(model, prep, cfg, device, scale)[0]})
     bar.close()
 
-    losses, window = losses[:step].tolist(), loss_window(step)
     scores, extra, check = evaluate(model, prep, cfg, device, scale)
     write_metrics(run_dir, {"step": step, **{f"dev_{k}": v for k, v in {**scores, **extra}.items()}}, writers)
-    record = {
+    record = _record(
+        prep,
+        seed,
+        (scores, extra, check),
+        steps=step,
+        epochs=epochs,
+        warmup=warmup,
+        losses=losses[:step].tolist(),
+        history=history,
+        seconds=round(time.time() - start, 2),  # training and dev evaluation: the test predictions come after
+        device=device,
+        precision=precision,
+        tf32=tf32,
+        test_predictions=write_predictions(model, prep, cfg, device, scale, run_dir) if cfg.predict_test else {},
+    )
+    if cfg.save_model:
+        save_finetuned(model, task, pre, run_dir / "model")
+    return record
+
+
+def _progress_bar(total: int, desc: str, progress: bool) -> tqdm:
+    """The run's step bar: redrawn 10 times a second on a terminal, every 30 s into a log file."""
+    every = 0.1 if sys.stderr.isatty() else 30.0  # a log file gets a line every 30 s, not 10 a second
+    return tqdm(total=total, desc=desc, disable=not progress, leave=False, dynamic_ncols=True, mininterval=every)
+
+
+def _record(
+    prep: Prepared,
+    seed: int,
+    evaluation: tuple[dict, dict, M.ChanceCheck],
+    *,
+    steps: int,
+    epochs: int,
+    warmup: float,
+    losses: list[float],
+    history: list[dict],
+    seconds: float,
+    device: torch.device,
+    precision: Precision,
+    tf32: bool,
+    test_predictions: dict,
+) -> dict:
+    """The run's record (its result file): the dev scores, what it trained on and for how long, the ends of its
+    loss curve, and where and how it ran."""
+    task = prep.data.task
+    scores, extra, check = evaluation
+    window = loss_window(steps)
+    return {
         "task": task.name,
         "seed": seed,
         "main_metric": task.main_metric,
@@ -250,24 +288,21 @@ def finetune(
         "n_train": prep.data.n_train,
         "n_eval": prep.data.n_eval,
         "n_eval_splits": {k: len(v) for k, v in prep.data.dev.items()},
-        "steps": step,
+        "steps": steps,
         "epochs": epochs,
         "warmup_steps": warmup,
         "loss_start": float(np.mean(losses[:window])) if losses else None,
         "loss_end": float(np.mean(losses[-window:])) if losses else None,
         "chance": dataclasses.asdict(check),
         "history": history,
-        "seconds": round(time.time() - start, 2),
+        "seconds": seconds,
         "device": str(device),
         "machine": describe_machine(device),
         "precision": "fp32" if precision.name == "fp16" else precision.name,
         "precision_reason": precision.reason,
         "tf32": tf32,
-        "test_predictions": write_predictions(model, prep, cfg, device, scale, run_dir) if cfg.predict_test else {},
+        "test_predictions": test_predictions,
     }
-    if cfg.save_model:
-        save_finetuned(model, task, pre, run_dir / "model")
-    return record
 
 
 @torch.no_grad()

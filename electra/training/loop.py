@@ -196,6 +196,8 @@ def _build_run(
     dev: torch.device,
     data: PretrainingData | None,
 ) -> Run:
+    """`setup`'s work once the run folder is held: the data, the step's plan, model, optimizer and scaler, their
+    state restored when resuming, the run folder written, and the model wrapped for DDP and torch.compile."""
     if dev.type == "cpu":
         keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md)
     data = data if data is not None else open_pretraining_data(cfg.data, cfg.train.seed)
@@ -204,6 +206,53 @@ def _build_run(
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.tokens.vocab_size))
     t = cfg.train
     per_rank = t.batch_size // world
+    plan, tf32 = _plan_this_process(cfg, per_rank, rank, world, dev)
+
+    torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
+    raw_model = build_model(cfg).to(dev)
+    optimizer = build_optimizer(raw_model, cfg, dev)
+    scaler = torch.amp.GradScaler(dev.type, enabled=plan.precision.name == "fp16")
+    digests = corpus_digests(cfg.data.path)
+    meta, loop_state = _start_or_resume(cfg, run_dir, resume, raw_model, optimizer, scaler, rank, world, dev, digests)
+    _record_session(meta, cfg, plan, tf32, rank, world, dev)
+    if rank == 0:
+        training_state.prepare_run_dir(run_dir, cfg, data.tokens, meta)
+    if world > 1:
+        dist.barrier()
+
+    model: nn.Module = raw_model
+    if world > 1:
+        model = wrap_ddp(raw_model, dev)
+    if plan.compiled:
+        model = torch.compile(model, dynamic=False)
+    special = torch.tensor(data.tokens.special_ids, device=dev)
+    return Run(
+        cfg,
+        run_dir,
+        rank,
+        world,
+        dev,
+        data,
+        raw_model,
+        model,
+        optimizer,
+        scaler,
+        meta,
+        per_rank,
+        per_rank // plan.micro_batch,
+        autocast_for(plan.precision.name, dev),
+        plan.precision,
+        special,
+        loop_state,
+    )
+
+
+def _plan_this_process(
+    cfg: PretrainConfig, per_rank: int, rank: int, world: int, dev: torch.device
+) -> tuple[StepPlan, bool]:
+    """This process's step plan (refused if its micro-batch does not divide the per-process batch) and whether TF32
+    is on, both said in rank 0's log."""
+    t = cfg.train
     plan = plan_step(cfg, per_rank, dev)
     precision, compiled, micro = plan.precision, plan.compiled, plan.micro_batch
     if per_rank % micro:
@@ -220,12 +269,24 @@ def _build_run(
             "on" if compiled else "off",
             "on" if tf32 else "off",
         )
+    return plan, tf32
 
-    torch.manual_seed(t.seed + rank)  # dropout differs per rank; data and masks are keyed, not drawn
-    raw_model = build_model(cfg).to(dev)
-    optimizer = build_optimizer(raw_model, cfg, dev)
-    scaler = torch.amp.GradScaler(dev.type, enabled=precision.name == "fp16")
-    digests = corpus_digests(cfg.data.path)
+
+def _start_or_resume(
+    cfg: PretrainConfig,
+    run_dir: Path,
+    resume: str | None,
+    raw_model: ElectraForPretraining,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    rank: int,
+    world: int,
+    dev: torch.device,
+    digests: dict | None,
+) -> tuple[RunMeta, dict | None]:
+    """(meta, the loop's saved state): a fresh run's, where `run_dir` holds no other kind of folder and no
+    checkpoints; or, with `resume`, what the checkpoint restored into model, optimizer and scaler (a fresh run's
+    when "auto" finds none), checked to be the same step on every rank."""
     meta, loop_state = RunMeta(code_revision=code_revision(), world_size=world, data_digests=digests), None
     if resume is None:  # a GLUE sweep's or a study's folder is refused, as --resume auto refuses it
         training_state.refuse_other_kind_of_folder(run_dir)
@@ -243,37 +304,7 @@ def _build_run(
             meta, loop_state = restored
             meta.data_digests = digests  # an older checkpoint's None: recorded from now on
         training_state.check_same_resume_step(meta.step, where, rank, world)
-    _record_session(meta, cfg, plan, tf32, rank, world, dev)
-    if rank == 0:
-        training_state.prepare_run_dir(run_dir, cfg, data.tokens, meta)
-    if world > 1:
-        dist.barrier()
-
-    model: nn.Module = raw_model
-    if world > 1:
-        model = wrap_ddp(raw_model, dev)
-    if compiled:
-        model = torch.compile(model, dynamic=False)
-    special = torch.tensor(data.tokens.special_ids, device=dev)
-    return Run(
-        cfg,
-        run_dir,
-        rank,
-        world,
-        dev,
-        data,
-        raw_model,
-        model,
-        optimizer,
-        scaler,
-        meta,
-        per_rank,
-        per_rank // micro,
-        autocast_for(precision.name, dev),
-        precision,
-        special,
-        loop_state,
-    )
+    return meta, loop_state
 
 
 def _record_session(
@@ -451,18 +482,10 @@ def train(run: Run, loggers: tuple[str, ...] = (), progress: bool = True) -> Run
 
 
 def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -> RunMeta:
+    """`train` under the stop vote: one optimizer step per iteration, from the resumed step to train.max_steps
+    (or a signal, a failure, a collapse), then the run's end on rank 0."""
     cfg, t, meta = run.cfg, run.cfg.train, run.meta
-    writers = open_loggers(loggers, run.run_dir, cfg, resumed_at=meta.step) if run.main_process else []
-    window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite, meta.scaler_backoffs)
-    if run.loop_state is not None:
-        window.restore(run.loop_state["window"])
-    bar = tqdm(
-        total=t.max_steps,
-        initial=meta.step,
-        desc="pretrain",
-        disable=not (run.main_process and progress),
-        dynamic_ncols=True,
-    )
+    writers, window, bar = _open_loop_outputs(run, loggers, progress)
     params = list(run.raw_model.parameters())
     run.raw_model.train()
     start_session(run)
@@ -497,34 +520,7 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             bar.update(1)
 
             signalled = vote.cast() or None  # the same on every rank: a signal any rank got by the previous step
-            if signalled == FAILED:  # a rank could not read its batches: all leave here (it raises, they say so)
-                agree_on_failure(data_error, run.rank, run.world)
-            log_now = done % t.log_every == 0 or done == t.max_steps
-            save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
-            if log_now or save_now:  # the non-finite counts are read here, not in the step
-                window.settle_nonfinite(meta, t.max_nonfinite, done, run.run_dir)
-            eval_now = done % t.eval_every == 0 or done == t.max_steps
-            error = data_error  # or of the work rank 0 does alone: every rank learns of it below and leaves here
-            if error is None:
-                try:
-                    if log_now:
-                        log_window(run, window, writers, bar, done, lr)
-                    if eval_now and run.main_process:
-                        watch_collapse(
-                            run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
-                            writers, done, run.per_rank // run.accum,
-                        )  # fmt: skip
-                        failpoint("evaluate")
-                except Exception as err:
-                    error = err
-            if log_now or eval_now or save_now:  # before a save: no step run on stand-in batches is ever saved
-                agree_on_failure(error, run.rank, run.world)
-            if eval_now:
-                meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
-            if signalled is not None:
-                meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
-            if save_now:
-                save(run, window)
+            _log_evaluate_save(run, window, writers, bar, done, lr, signalled, data_error)
             if signalled is not None:
                 log.warning(
                     "signal %s: saved step %d and stopped; the run continues from there when resumed", signalled, done
@@ -546,6 +542,68 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
             error = err
     agree_on_failure(error, run.rank, run.world)
     return meta
+
+
+def _open_loop_outputs(run: Run, loggers: tuple[str, ...], progress: bool) -> tuple[list, Window, tqdm]:
+    """What the loop reports through: rank 0's trackers, the training window of running sums (carried over from
+    the resumed checkpoint: a log line spans the stop) and the progress bar, starting at the resumed step."""
+    meta = run.meta
+    writers = open_loggers(loggers, run.run_dir, run.cfg, resumed_at=meta.step) if run.main_process else []
+    window = Window(run.device, meta.nonfinite_skipped, meta.consecutive_nonfinite, meta.scaler_backoffs)
+    if run.loop_state is not None:
+        window.restore(run.loop_state["window"])
+    bar = tqdm(
+        total=run.cfg.train.max_steps,
+        initial=meta.step,
+        desc="pretrain",
+        disable=not (run.main_process and progress),
+        dynamic_ncols=True,
+    )
+    return writers, window, bar
+
+
+def _log_evaluate_save(
+    run: Run,
+    window: Window,
+    writers: list,
+    bar: tqdm,
+    done: int,
+    lr: float,
+    signalled: int | None,
+    data_error: Exception | None,
+) -> None:
+    """After step `done`, on their cadences: the metrics line, rank 0's held-out evaluation and the checkpoint (also
+    when `signalled`). Before a save every rank agrees on any failure (a rank's unreadable batches, `data_error`,
+    or rank 0's own work) and on a collapse, so all ranks save the same step or all leave at the same one."""
+    cfg, t, meta = run.cfg, run.cfg.train, run.meta
+    if signalled == FAILED:  # a rank could not read its batches: all leave here (it raises, they say so)
+        agree_on_failure(data_error, run.rank, run.world)
+    log_now = done % t.log_every == 0 or done == t.max_steps
+    save_now = done % t.save_every == 0 or done == t.max_steps or signalled is not None
+    if log_now or save_now:  # the non-finite counts are read here, not in the step
+        window.settle_nonfinite(meta, t.max_nonfinite, done, run.run_dir)
+    eval_now = done % t.eval_every == 0 or done == t.max_steps
+    error = data_error  # or of the work rank 0 does alone: every rank learns of it below and leaves here
+    if error is None:
+        try:
+            if log_now:
+                log_window(run, window, writers, bar, done, lr)
+            if eval_now and run.main_process:
+                watch_collapse(
+                    run.raw_model, run.data, cfg, run.tokens, run.device, run.autocast, meta, run.run_dir,
+                    writers, done, run.per_rank // run.accum,
+                )  # fmt: skip
+                failpoint("evaluate")
+        except Exception as err:
+            error = err
+    if log_now or eval_now or save_now:  # before a save: no step run on stand-in batches is ever saved
+        agree_on_failure(error, run.rank, run.world)
+    if eval_now:
+        meta.collapsed = agree_on_collapse(meta.collapsed, run.device, run.world)  # all break, or none
+    if signalled is not None:
+        meta.stopped_by_signal = int(signalled)  # before the save: RUN/run.json says why the run stopped
+    if save_now:
+        save(run, window)
 
 
 def finish(run: Run) -> None:
