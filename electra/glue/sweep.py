@@ -55,7 +55,7 @@ from electra.training.loop import keep_freed_memory_in_heap
 from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
-from electra.utils.machine import choose_threads
+from electra.utils.machine import choose_threads, threads_kept
 from electra.utils.processes import PARENT_ENV, THREADS_SHARE_ENV, stop_with_parent, usable_cpus
 from electra.utils.wording import argument, plural, source_text
 
@@ -202,7 +202,8 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
             if any(codes):
                 log.error("worker processes exited with %s; run the same sweep again to resume", codes)
         else:
-            work(spec, header, sweep.data, resolve_device(devices[0]), sweep.pretrained, on_runs)
+            with threads_kept():  # the caller's torch threads, as they were
+                work(spec, header, sweep.data, resolve_device(devices[0]), sweep.pretrained, on_runs)
     except JobsDetached:  # Ctrl-C while following SLURM jobs: they go on (the caller says so)
         raise
     except KeyboardInterrupt as stop:  # Ctrl-C: what is done and what is not, from the folder
@@ -288,12 +289,8 @@ def work(
     keep_freed_memory_in_heap()  # process-wide: faster CPU steps (docs/benchmarks.md); host memory only on a GPU
     out, cfg = Path(spec.out), spec.finetune
     if device.type == "cpu":
-        threads, why = choose_threads(cfg.threads)  # OMP_NUM_THREADS in a worker: what spawn_workers set, and why
-        log.info(
-            "%s (%s)",
-            plural(threads, "thread"),
-            os.environ.get(THREADS_SHARE_ENV, why) if why == "OMP_NUM_THREADS" else why,
-        )
+        threads, why = choose_threads(cfg.threads)  # in a worker: what spawn_workers set, and why
+        log.info("%s (%s)", plural(threads, "thread"), why)
     todo = [(t, s) for t in data for s in spec.seeds]
     prepared, finished = {}, 0
     for i, (task, seed) in enumerate(todo, 1):

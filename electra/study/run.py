@@ -66,7 +66,7 @@ from electra.training.checkpoint import list_checkpoints
 from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
-from electra.utils.processes import usable_cpus
+from electra.utils.processes import THREADS_SHARE_ENV, usable_cpus
 from electra.utils.wording import argument, plural
 
 log = logging.getLogger("electra.study")
@@ -174,6 +174,7 @@ def _pretrain_worker(
 
     if threads is not None:  # the study's split of the cores, which auto then keeps (as under OMP_NUM_THREADS)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ[THREADS_SHARE_ENV] = f"the study's share of {plural(usable_cpus(), 'core')}"
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
     meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)

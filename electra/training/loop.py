@@ -61,10 +61,11 @@ from electra.training.precision import (
 from electra.training.prefetch import Prefetcher
 from electra.training.step import Window, train_step
 from electra.training.stopping import FAILED, StopVote, agree_on_collapse, agree_on_failure
+from electra.training.threads import ThreadWatch
 from electra.training.trackers import open_loggers, write_metrics
 from electra.utils.faults import failpoint
 from electra.utils.files import FolderLock, folder_lock, write_atomic
-from electra.utils.machine import choose_threads, describe_machine
+from electra.utils.machine import choose_threads, describe_machine, threads_kept
 from electra.utils.revision import code_revision
 from electra.utils.wording import argument
 
@@ -316,8 +317,7 @@ def _record_session(
     t, precision, micro = cfg.train, plan.precision, plan.micro_batch
     if dev.type == "cpu":
         share = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        first = meta.sessions[0].get("threads") if meta.sessions else None  # a resumed run's first session's
-        threads, why = choose_threads(t.threads, share, keep=first)
+        threads, why = choose_threads(t.threads, share)  # auto chooses again on resume: for today's load
         if rank == 0:
             log.info("threads %d per process (%s)", threads, why)
     meta.precision, meta.precision_reason, meta.compiled = precision.name, precision.reason, plan.compiled
@@ -454,12 +454,13 @@ def pretrain(
     """
     if cfg.objective.kind == "none":
         return write_initialised_run(cfg, run_dir, resume, data)
-    run = setup(cfg, run_dir, resume, device, data)
-    try:
-        return train(run, loggers, progress)
-    finally:
-        if run.lock is not None:
-            run.lock.release()  # however the run ended: the folder is free for the next process
+    with threads_kept():  # the caller's torch threads, as they were, however the run ends
+        run = setup(cfg, run_dir, resume, device, data)
+        try:
+            return train(run, loggers, progress)
+        finally:
+            if run.lock is not None:
+                run.lock.release()  # however the run ended: the folder is free for the next process
 
 
 def progress_fields(cfg: PretrainConfig, row: dict) -> dict[str, str]:
@@ -492,8 +493,10 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
     seconds_before, session_start = meta.train_seconds, time.perf_counter()
     prefetch = prefetch_batches(run, meta.step)
     data_error, last = None, None  # this rank's failure to read its batches; the last batches it read
+    watch = thread_watch(run)  # threads=auto on a CPU: follows the load
     try:
         for step in range(meta.step, t.max_steps):
+            started = time.perf_counter()
             lr = learning_rate(step, cfg)
             set_learning_rate(run.optimizer, lr)
             set_sampling_schedules(run, step)
@@ -514,6 +517,8 @@ def _train(run: Run, vote: StopVote, loggers: tuple[str, ...], progress: bool) -
                 run.model, run.optimizer, run.scaler, params, batches, masked, run.world, run.autocast, t.grad_clip
             )
             window.add(out)
+            if watch is not None:
+                watch.after_step(time.perf_counter() - started)
             done = step + 1
             meta.step, meta.samples = done, done * t.batch_size
             meta.train_seconds = seconds_before + time.perf_counter() - session_start
@@ -645,9 +650,20 @@ def set_sampling_schedules(run: Run, step: int) -> None:
         run.raw_model.set_uniform_replace(sampled["uniform_replace"])
 
 
+def thread_watch(run: Run) -> ThreadWatch | None:
+    """Under train.threads=auto on a CPU (OMP_NUM_THREADS not set): the watch that chooses the threads again as the
+    load changes (electra/training/threads.py)."""
+    if run.device.type != "cpu" or run.cfg.train.threads != "auto" or os.environ.get("OMP_NUM_THREADS"):
+        return None
+    return ThreadWatch(torch.get_num_threads(), int(os.environ.get("LOCAL_WORLD_SIZE", run.world)))
+
+
 def log_window(run: Run, window: Window, writers: list, bar: tqdm, done: int, lr: float) -> None:
-    """The training window's metrics line (every rank computes it: it all-reduces), written by rank 0."""
+    """The training window's metrics line (every rank computes it: it all-reduces), written by rank 0; on a CPU
+    with the threads the window ended with."""
     row = window.row(run.cfg, run.world, run.meta, done, lr)
+    if run.device.type == "cpu":
+        row["threads"] = torch.get_num_threads()
     if run.main_process:
         write_metrics(run.run_dir, row, writers)
         bar.set_postfix(progress_fields(run.cfg, row))

@@ -4,14 +4,16 @@ the CPU that took it: CPU models differ several-fold in speed, and a cloud VM's 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from electra.utils.processes import usable_cpus
+from electra.utils.processes import THREADS_SHARE_ENV, usable_cpus
 from electra.utils.wording import plural
 
 
@@ -52,22 +54,59 @@ at every parallel region, so one thread sharing its core with other work holds t
 "Threads")."""
 
 
-def cores_busy_elsewhere(seconds: float = 0.3, stat: Path = Path("/proc/stat")) -> float | None:
-    """How many cores other processes kept busy over the next `seconds`: the machine's busy CPU time (Linux's
-    /proc/stat) less this process's own, per second of wall time; None where /proc/stat cannot be read."""
+@dataclass(frozen=True)
+class BusyMark:
+    """A moment's CPU clocks: the busy seconds of the cores this process may use (Linux's /proc/stat), this
+    process's own CPU seconds, and the wall clock. Two marks give what other work used in between."""
 
-    def busy_and_wall() -> tuple[float, float]:
-        fields = [float(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
-        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), time.perf_counter()
+    busy: float
+    own: float
+    wall: float
 
+
+def busy_mark(stat: Path = Path("/proc/stat")) -> BusyMark | None:
+    """The clocks now; None where /proc/stat cannot be read. Only the CPUs of this process's affinity mask count:
+    under `srun -c 8` on a shared node, work on the node's other cores takes nothing from this process."""
+    allowed = {f"cpu{i}" for i in _affinity()}
     try:
-        (busy0, wall0), own0 = busy_and_wall(), time.process_time()
-        time.sleep(seconds)
-        (busy1, wall1), own1 = busy_and_wall(), time.process_time()
+        busy = 0.0
+        for line in stat.read_text().splitlines():
+            name, *values = line.split()
+            if name not in allowed:
+                continue
+            fields = [float(x) for x in values]
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+            busy += sum(fields[:8]) - idle
     except (OSError, ValueError, IndexError):
         return None
-    return max(0.0, (busy1 - busy0) - (own1 - own0)) / max(wall1 - wall0, 1e-6)
+    return BusyMark(busy / os.sysconf("SC_CLK_TCK"), time.process_time(), time.perf_counter())
+
+
+def busy_since(mark: BusyMark | None, stat: Path = Path("/proc/stat")) -> float | None:
+    """How many of this process's usable cores other processes kept busy since `mark`, on average; None where the
+    machine cannot say."""
+    now = busy_mark(stat)
+    if mark is None or now is None:
+        return None
+    elsewhere = (now.busy - mark.busy) - (now.own - mark.own)
+    return max(0.0, elsewhere) / max(now.wall - mark.wall, 1e-6)
+
+
+def cores_busy_elsewhere(seconds: float = 0.3, stat: Path = Path("/proc/stat")) -> float | None:
+    """How many of this process's usable cores other processes kept busy over the next `seconds` (`busy_since`);
+    None where /proc/stat cannot be read."""
+    mark = busy_mark(stat)
+    if mark is None:
+        return None
+    time.sleep(seconds)
+    return busy_since(mark, stat)
+
+
+def _affinity() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call (macOS): every CPU
+        return set(range(os.cpu_count() or 1))
 
 
 def auto_threads(cores: int, busy_elsewhere: float | None) -> int:
@@ -79,25 +118,33 @@ def auto_threads(cores: int, busy_elsewhere: float | None) -> int:
     return max(1, min(cores, usable_cpus() - taken))
 
 
-def choose_threads(setting: int | str, share: int = 1, keep: int | None = None) -> tuple[int, str]:
+def choose_threads(setting: int | str, share: int = 1) -> tuple[int, str]:
     """torch's intra-op threads for this process and why, set here: an explicit number; under OMP_NUM_THREADS
-    what it says; `auto`: `keep` where given and within this process's share of the usable cores (1/`share`: the
-    processes of one machine that split them, a torchrun node's ranks), else `auto_threads` of that share, given
-    what other work uses now.
-
-    `keep` is a resumed run's first choice: CPU sums split over other thread counts round differently, so a run
-    that kept its threads continues bit for bit, as if it had never stopped."""
+    what it says (and why it was set, where the process that set it said: THREADS_SHARE_ENV); `auto`:
+    `auto_threads` of this process's share of the usable cores (1/`share`: the processes of one machine that split
+    them, a torchrun node's ranks), given what other work uses now. An explicit number or OMP_NUM_THREADS stays for
+    the whole run (and a resumed run with the same number continues bit for bit: CPU sums split over other thread
+    counts round differently); auto follows the load (electra/training/threads.py) and chooses again on resume."""
     if setting != "auto":
         torch.set_num_threads(int(setting))
         return int(setting), "asked for"
     if os.environ.get("OMP_NUM_THREADS"):
-        return torch.get_num_threads(), "OMP_NUM_THREADS"
+        return torch.get_num_threads(), os.environ.get(THREADS_SHARE_ENV) or "OMP_NUM_THREADS"
     cores = max(1, usable_cpus() // share)
-    if keep is not None and 1 <= keep <= cores:
-        torch.set_num_threads(keep)
-        return keep, "auto: as the run's first session, so that it continues bit for bit"
     busy = cores_busy_elsewhere()
     threads = auto_threads(cores, busy)
     torch.set_num_threads(threads)
     said = "unknown" if busy is None else f"{busy:.1f}"
-    return threads, f"auto: {plural(cores, 'core')} for this process, {said} of the machine's busy with other work"
+    usable = plural(usable_cpus(), "usable core")
+    return threads, f"auto: {plural(cores, 'core')} for this process, {said} of {usable} busy with other work"
+
+
+@contextlib.contextmanager
+def threads_kept():
+    """torch's thread count as it was, however the block ends: a library call (pretraining, a sweep) chooses its
+    own threads and leaves its caller's as it found them."""
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -42,37 +42,80 @@ def test_busy_cores_of_other_processes_are_measured_and_our_own_are_not():
     assert cores_busy_elsewhere(0.5, stat=machine.Path("/nonexistent/stat")) is None
 
 
+STAT = """cpu  {total}
+cpu0 {cpu0} 0 {cpu0} 1000 0 0 0 0 0 0
+cpu1 {cpu1} 0 {cpu1} 1000 0 0 0 0 0 0
+intr 0
+"""
+
+
+def test_busy_time_counts_only_the_cores_this_process_may_use(tmp_path, monkeypatch):
+    """Under `srun -c 1` on a shared node (affinity: cpu0), work on cpu1 takes nothing from this process."""
+    stat = tmp_path / "stat"
+    ticks = machine.os.sysconf("SC_CLK_TCK")
+    stat.write_text(STAT.format(total="0", cpu0=0, cpu1=0))
+    monkeypatch.setattr(machine, "_affinity", lambda: {0})
+    monkeypatch.setattr(machine.time, "process_time", lambda: 0.0)  # this process used nothing itself
+    mark = machine.busy_mark(stat)
+    clock = mark.wall
+    monkeypatch.setattr(machine.time, "perf_counter", lambda: clock + 10.0)  # ten seconds later
+    stat.write_text(STAT.format(total="0", cpu0=ticks * 1, cpu1=ticks * 5))  # cpu0: 2 s busy, cpu1: 10 s busy
+    assert machine.busy_since(mark, stat) == pytest.approx(0.2)  # 2 s of cpu0 over 10 s; cpu1 not ours
+    monkeypatch.setattr(machine, "_affinity", lambda: {0, 1})
+    stat.write_text(STAT.format(total="0", cpu0=0, cpu1=0))
+    monkeypatch.setattr(machine.time, "perf_counter", lambda: clock)
+    mark = machine.busy_mark(stat)
+    monkeypatch.setattr(machine.time, "perf_counter", lambda: clock + 10.0)
+    stat.write_text(STAT.format(total="0", cpu0=ticks * 1, cpu1=ticks * 5))
+    assert machine.busy_since(mark, stat) == pytest.approx(1.2)  # both cores count now
+
+
 def test_an_explicit_number_and_omp_num_threads_win_over_auto(monkeypatch, keep_threads):
     assert choose_threads(1) == (1, "asked for") and torch.get_num_threads() == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     assert choose_threads("auto") == (1, "OMP_NUM_THREADS")
+    monkeypatch.setenv("ELECTRA_THREADS_SHARE", "the sweep's share of 2 cores, 2 workers")  # set by who set OMP_...
+    assert choose_threads("auto") == (1, "the sweep's share of 2 cores, 2 workers")
+    monkeypatch.delenv("ELECTRA_THREADS_SHARE")
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
     monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 1.0)
     threads, why = choose_threads("auto")
     assert threads == 1 == torch.get_num_threads()
-    assert why == "auto: 2 cores for this process, 1.0 of the machine's busy with other work"
+    assert why == "auto: 2 cores for this process, 1.0 of 2 usable cores busy with other work"
     monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 0.0)
     assert choose_threads("auto", share=2)[0] == 1  # one of two processes splitting the cores
     assert choose_threads("auto")[0] == 2 == torch.get_num_threads()
 
 
-def test_a_resumed_run_keeps_the_threads_auto_chose_at_its_start(monkeypatch, tmp_path, keep_threads, caplog):
-    """Sums split over another thread count round differently (6 steps of the tiny preset on 1 and 2 threads
-    differ in 64 of 80 tensors), so auto, resuming, keeps the first session's choice though the machine is
-    idle now. One thread first: a team of two in this process would hang the tests that fork after it."""
-    from electra.config import load_config
-    from electra.training.loop import pretrain
-
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
-    run, steps = tmp_path / "run", ["train.save_every=2", "train.eval_every=1000", "train.threads=auto"]
-    monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 1.0)  # busy at the start: one thread
-    pretrain(load_config("tiny", [*steps, "train.max_steps=2"]), run)
-    monkeypatch.setattr(machine, "cores_busy_elsewhere", lambda: 0.0)  # idle now: auto alone would take two
-    with caplog.at_level("INFO", logger="electra.pretrain"):
-        pretrain(load_config("tiny", [*steps, "train.max_steps=4"]), run, resume="auto")
-    sessions = json.loads((run / "run.json").read_text())["sessions"]
-    assert [s["threads"] for s in sessions] == [1, 1] and sessions[1]["start_step"] == 2
-    assert "threads 1 per process (auto: as the run's first session, so that it continues bit for bit)" in caplog.text
+def test_auto_chooses_again_on_resume_and_an_explicit_number_stays(tmp_path):
+    """Under auto a resumed run chooses for the machine as it is now (busy at the start: one thread; idle at the
+    resume: two); an explicit number is the same in every session (what a bit-for-bit resume needs); the caller's
+    thread count is as it was after pretraining. In a child process: a team of two threads in the test process
+    would hang the tests that fork after it."""
+    script = f"""
+import json, os
+os.environ.pop("OMP_NUM_THREADS", None)
+from electra.config import load_config
+from electra.training.loop import pretrain
+from electra.utils import machine
+machine.usable_cpus = lambda: 2
+steps = ["train.save_every=2", "train.eval_every=1000", "train.threads=auto"]
+run = {str(tmp_path / "run")!r}
+machine.cores_busy_elsewhere = lambda: 1.0
+pretrain(load_config("tiny", [*steps, "train.max_steps=2"]), run, progress=False)
+machine.cores_busy_elsewhere = lambda: 0.0
+pretrain(load_config("tiny", [*steps, "train.max_steps=4"]), run, resume="auto", progress=False)
+fixed = {str(tmp_path / "fixed")!r}
+import torch
+torch.set_num_threads(3)  # the caller's: pretraining leaves them as it found them
+pretrain(load_config("tiny", [*steps[:2], "train.threads=1", "train.max_steps=2"]), fixed, progress=False)
+assert torch.get_num_threads() == 3, torch.get_num_threads()
+pretrain(load_config("tiny", [*steps[:2], "train.threads=1", "train.max_steps=4"]), fixed, resume="auto",
+         progress=False)
+print(json.dumps([[s["threads"] for s in json.load(open(r + "/run.json"))["sessions"]] for r in (run, fixed)]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[1, 2], [1, 1]]
