@@ -81,9 +81,11 @@ class SweepSpec:
     (rte/ from save_to_disk) or as the hub repo's Parquet files (rte/train-00000-of-00001.parquet, ...). None:
     nyu-mll/glue from the hub (offline: from the local datasets cache)."""
     seeds: list[int] = field(default_factory=lambda: list(range(3)))
+    """Fine-tuning seeds: each (task, seed) is one run; the report gives each task's median and spread over them."""
     tokenizer: str | None = None
     """A tokenizer folder, when none comes with the model."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    """The hyperparameters of every run (a recipe's, with overrides): electra/config.py FinetuneConfig."""
     recipe: str | None = None
     """The recipe `finetune` started from; recorded in sweep.json, not fingerprinted (its values are)."""
     device: str = "auto"
@@ -91,6 +93,7 @@ class SweepSpec:
     devices: list[str] = field(default_factory=list)
     """One worker process per entry (repeat a device for two workers on it); empty: `num_workers` on `device`."""
     num_workers: int = 1
+    """Worker processes on `device`, dividing the runs (CPU workers split the cores)."""
     stop_after: int | None = None
     """End this session after this many runs (the next call continues)."""
     progress: bool = True
@@ -101,6 +104,7 @@ class SweepSpec:
     """local: this process (and its workers); slurm: each (task, seed) one element of a SLURM job array
     (electra/executors/), this process submitting, waiting and writing the report."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    """What each SLURM job asks for (electra/executors/slurm.py); fitted to the partition before submitting."""
 
 
 class SweepInterrupted(KeyboardInterrupt):

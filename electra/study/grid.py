@@ -47,6 +47,7 @@ class StudySpec:
     """Everything that defines a study; study.json keeps it, and a rerun must ask for the same."""
 
     out: str
+    """The study's folder: study.json, runs/NAME/{pretrain,glue}, report/; running the same spec again resumes it."""
     base: str = "tiny"
     """Pretraining preset or YAML file every setting starts from."""
     overrides: list[str] = field(default_factory=list)
@@ -61,8 +62,11 @@ class StudySpec:
     data: str | None = None
     """A prepared corpus (data.path); None: the built-in synthetic language."""
     tasks: str = "sst2,mrpc,rte,wnli"
+    """GLUE tasks (comma-separated names, `all`, or folders holding a task.json), each with its full schedule."""
     glue_dir: str | None = None
+    """Where the GLUE data is (as `electra glue --glue-dir`); None: nyu-mll/glue from the hub or its cache."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """Fine-tuning seeds of every pretrained model (each pretraining seed's, with pretrain_seeds)."""
     """Fine-tuning seeds of every pretrained model."""
     pretrain_seeds: int = 1
     """Pretraining seeds per setting: N > 1 pretrains each setting N times (train.seed = its seed + k, k = 0..N-1;
@@ -71,10 +75,13 @@ class StudySpec:
     recipe: str = "off"
     """The fine-tuning recipe (electra glue --recipe)."""
     finetune_overrides: list[str] = field(default_factory=list)
+    """`finetune.key=value` over the recipe, for every fine-tuning run."""
     description: str = ""
+    """A sentence for the report's head."""
     parallel: int = 1
     """Pretraining runs at once (CPU threads are split between them)."""
     device: str | None = None
+    """auto (None), cpu, cuda, cuda:1, ...: where pretraining and fine-tuning run (on SLURM: in the jobs)."""
     loggers: list[str] = field(default_factory=list)
     """Trackers every pretraining and fine-tuning run also logs to (tensorboard, wandb), as `electra pretrain` and
     `electra glue` do: RUN/tensorboard, and one W&B run per pretraining run and per fine-tuning (task, seed)."""
@@ -84,6 +91,7 @@ class StudySpec:
     """local: this machine (`parallel` pretraining processes, then each sweep); slurm: each pretraining one SLURM
     job, each fine-tuning (task, seed) one element of a job array (electra/executors/)."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    """What each SLURM job asks for (electra/executors/slurm.py); fitted to the partition before submitting."""
 
 
 # the fields that may change between a study's invocations without changing what it computes
