@@ -241,11 +241,11 @@ def open_sweep(spec: SweepSpec) -> OpenSweep:
     pending = [(t, s) for t, s in runs if not (run_dir(out, t, s) / "result.json").exists()]
     if len(pending) < len(runs):  # said here, once, not by each worker
         print(f"skipping {len(runs) - len(pending)} finished run(s) in {out}")
-    source = model_source(spec.model) if pending else None
-    header = check_sweep_header(out, spec, write=True, source=source)
     data = load_data(tasks, spec.finetune)  # every file read (and validated) now: a malformed row fails now
     for name, d in data.items():
         print(f"{name}: {d.n_train} train / {d.n_eval} dev examples" + (f", test {list(d.test)}" if d.test else ""))
+    source = model_source(spec.model) if pending else None  # a run still training is refused before anything is written
+    header = check_sweep_header(out, spec, write=True, source=source)
     pretrained = load_source(spec, header) if pending else None  # a bad model fails now
     return OpenSweep(header, runs, pending, data, pretrained)
 

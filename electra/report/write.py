@@ -290,12 +290,19 @@ def _sources(entries: list[Entry]) -> list[str]:
     """The checkpoint each model's scores came from (its sweep's results.json "source": path, step, sha256)."""
     if not any(e.glue.get("source") for e in entries):
         return []
-    lines = ["Each model's scores came from one checkpoint:", ""]
+    lines = [
+        "The checkpoint each model's scores came from:",
+        "",
+        "| model | checkpoint | step | sha256 |",
+        "|---|---|---|---|",
+    ]
     for e in entries:
         source = e.glue.get("source")
-        lines.append(
-            f"- {e.name}: {wording.source_text(source) if source else 'not recorded (a sweep from before it was)'}"
-        )
+        if source is None:
+            lines.append(f"| {e.name} | not recorded (a sweep from before it was) | | |")
+            continue
+        step = "" if source.get("step") is None else f"{source['step']:,}"
+        lines.append(f"| {e.name} | {source['path']} | {step} | {source['sha256'][:12]} |")
     return [*lines, ""]
 
 

@@ -132,7 +132,7 @@ def test_a_study_writes_runs_sweeps_and_a_report_whose_numbers_match_their_sourc
         final = list_checkpoints(study / s["pretrain"])[-1]
         sha = hashlib.sha256((final / "model.safetensors").read_bytes()).hexdigest()
         assert (source["path"], source["step"], source["sha256"]) == (str(final.resolve()), s["steps"], sha)
-        assert f"- {s['name']}: {final.resolve()} (step {s['steps']:,}, sha256 {sha[:12]})" in report
+        assert f"| {s['name']} | {final.resolve()} | {s['steps']:,} | {sha[:12]} |" in report
     assert set(results["settings"]) == {"kind=electra", "kind=mlm", "kind=none"}
     assert "| kind=none | none (random initialisation) | not pretrained |" in report
 
@@ -239,6 +239,8 @@ def test_a_killed_study_resumes_to_the_same_results(study, tasks, tmp_path, midw
         assert all(torch.equal(a[k], b[k]) for k in a), name
     for name in ("kind=electra", "kind=mlm", "kind=none"):
         a, b = (json.loads((d / "runs" / name / "glue" / "results.json").read_text()) for d in (study, out))
+        source_a, source_b = a.pop("source"), b.pop("source")  # the same checkpoint, in another study's folder
+        assert (source_a["step"], source_a["sha256"]) == (source_b["step"], source_b["sha256"]), name
         assert without_seconds(a) == without_seconds(b), name  # only the wall-clock seconds differ
 
 
