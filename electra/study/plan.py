@@ -28,7 +28,6 @@ from electra.training.precision import resolve_device, resolve_precision, tf32_o
 from electra.utils.wording import budget, duration, plural
 
 
-
 @dataclass
 class SettingPlan:
     name: str
