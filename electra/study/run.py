@@ -189,10 +189,11 @@ def pretrain_job(spec: StudySpec, s: Setting, threads: int | None = None) -> Job
     """Setting `s`'s pretraining as a Job: done when its run finished its steps (its final checkpoint on disk)."""
     run = run_dir(spec, s) / "pretrain"
     cfg = dataclasses.asdict(s.config(spec))
+    init = () if s.init is None else (s.init,)  # the model a setting starts from, if any
     if spec.executor == "slurm":
-        fn, args = pretrain_in_job, (cfg, str(run), spec.device, tuple(spec.loggers), s.init)
+        fn, args = pretrain_in_job, (cfg, str(run), spec.device, tuple(spec.loggers), *init)
     else:
-        fn, args = _pretrain_worker, (cfg, str(run), spec.device, threads, tuple(spec.loggers), spec.progress, s.init)
+        fn, args = _pretrain_worker, (cfg, str(run), spec.device, threads, tuple(spec.loggers), spec.progress, *init)
     return Job(
         f"pretrain/{s.name}",
         fn,
