@@ -36,6 +36,8 @@ NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0"]
 FAST = ["train.batch_size=8", "train.log_every=1", "train.eval_every=1000", "train.eval_batches=1"]
 CONTINUE = [*FAST, "train.max_steps=3", "train.save_every=1", "train.warmup_steps=2"]
 """A continued run: 3 steps, a checkpoint after each, a 2-step warmup of its own (its first update has lr 0)."""
+SHORT = [arg for setting in CONTINUE for arg in ("--set", setting)]
+"""CONTINUE as flags: a refusal that failed to refuse runs 3 steps, not the default config's million."""
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +146,7 @@ def assert_fresh_adam(ckpt: Path) -> int:
 def test_a_transformers_pair_continues_from_its_weights_under_a_fresh_optimizer_and_schedule(pair, corpora, tmp_path):
     run = tmp_path / "cont"
     args = ["pretrain", "--init", str(pair / "discriminator"), "--init-generator", str(pair / "generator")]
-    sets = [x for s in CONTINUE for x in ("--set", s)]
-    assert cli_main([*args, "--data", str(corpora["a"]), "--out", str(run), *sets, "--quiet"]) == 0
+    assert cli_main([*args, "--data", str(corpora["a"]), "--out", str(run), *SHORT, "--quiet"]) == 0
 
     first = train_rows(run)[0]
     mlm, disc = losses_by_transformers(run, pair)
@@ -236,7 +237,7 @@ def refusal(capsys, *argv: str) -> str:
 
 def test_a_shape_that_contradicts_the_source_is_refused_in_one_line_naming_both(base, pair, corpora, tmp_path, capsys):
     out = tmp_path / "refused"
-    common = ["--data", str(corpora["a"]), "--out", str(out)]
+    common = ["--data", str(corpora["a"]), "--out", str(out), *SHORT]
     ours = ["pretrain", "--init", str(base), *common]
     line = refusal(capsys, *ours, "--config", "tiny", "--set", "model.hidden_size=128")
     assert line == (
@@ -259,7 +260,8 @@ def test_a_corpus_of_another_tokenizer_is_refused_in_one_line_naming_both(base, 
     other = json.loads((corpora["b"] / "metadata.json").read_text())["tokenizer_sha256"]
     assert theirs != other
     for source, config in ((str(base), ["--config", "tiny"]), (str(pair / "discriminator"), [])):
-        line = refusal(capsys, "pretrain", *config, "--init", source, "--data", str(corpora["b"]), "--out", str(out))
+        argv = ["pretrain", *config, "--init", source, "--data", str(corpora["b"]), "--out", str(out), *SHORT]
+        line = refusal(capsys, *argv)
         assert f"--init {source} came with the tokenizer of sha256 {theirs[:12]}" in line
         assert f"the corpus {corpora['b']} was prepared with the tokenizer of sha256 {other[:12]}" in line
         assert f"electra data prepare --tokenizer {source}" in line
@@ -290,7 +292,7 @@ def test_a_killed_continued_run_resumes_bit_for_bit_without_reading_its_source_a
 def test_resume_on_another_corpus_names_init_and_says_another_out_starts_from_scratch(base, corpora, tmp_path, capsys):
     ckpt = list_checkpoints(base)[-1]
     argv = ["pretrain", "--config", "tiny", "--set", NO_DROPOUT[0], "--set", NO_DROPOUT[1], "--data", str(corpora["b"])]
-    line = refusal(capsys, *argv, "--out", str(tmp_path / "new"), "--resume", str(ckpt))
+    line = refusal(capsys, *argv, "--out", str(tmp_path / "new"), "--resume", str(ckpt), *SHORT)
     assert "refusing to resume on another corpus" in line
     assert f"to continue pretraining its model on this text, --init {ckpt} with another --out and no --resume" in line
     assert "(another --out without --init starts from scratch)" in line
@@ -302,15 +304,15 @@ def test_import_hfs_weights_only_checkpoint_is_said_to_be_one_and_init_starts_fr
     assert cli_main(["import-hf", *hf, "--out", str(imported)]) == 0
     capsys.readouterr()
     ckpt = list_checkpoints(imported)[0]
-    line = refusal(capsys, "pretrain", "--data", str(corpora["a"]), "--out", str(imported), "--resume", "auto")
+    line = refusal(capsys, "pretrain", "--data", str(corpora["a"]), "--out", str(imported), "--resume", "auto", *SHORT)
     assert line == (
         f"electra pretrain: error: {ckpt} holds a model's weights only (as `electra import-hf` writes them), no "
         f"training state to resume: to continue pretraining from it, pass --init {ckpt} (a fresh optimizer and "
         "schedule) with another --out and no --resume"
     )
     run = tmp_path / "cont"
-    sets = [x for s in [*CONTINUE, "train.max_steps=1"] for x in ("--set", s)]
-    assert cli_main(["pretrain", "--init", str(imported), "--data", str(corpora["a"]), "--out", str(run), *sets]) == 0
+    argv = ["pretrain", "--init", str(imported), "--data", str(corpora["a"]), "--out", str(run), *SHORT]
+    assert cli_main([*argv, "--set", "train.max_steps=1"]) == 0
     init = json.loads((run / "run.json").read_text())["init"]
     assert init["step"] == 0 and init["flops"] is None  # trained elsewhere: the FLOPs behind it unknown
     assert init["sha256"] == read_checksums(ckpt)["model.safetensors"]
