@@ -146,7 +146,7 @@ def assert_fresh_adam(ckpt: Path) -> int:
 def test_a_transformers_pair_continues_from_its_weights_under_a_fresh_optimizer_and_schedule(pair, corpora, tmp_path):
     run = tmp_path / "cont"
     args = ["pretrain", "--init", str(pair / "discriminator"), "--init-generator", str(pair / "generator")]
-    assert cli_main([*args, "--data", str(corpora["a"]), "--out", str(run), *SHORT, "--quiet"]) == 0
+    assert cli_main([*args, "--data", str(corpora["a"]), "--out", str(run), *SHORT, "--device", "cpu", "--quiet"]) == 0
 
     first = train_rows(run)[0]
     mlm, disc = losses_by_transformers(run, pair)
@@ -175,7 +175,7 @@ def test_our_own_run_continues_from_its_final_weights_and_the_source_is_recorded
     run = tmp_path / "cont"
     cfg = load_config("tiny", [*CONTINUE, f"data.path={corpora['a']}", "train.lr=2e-3"])
     with caplog.at_level(logging.INFO, logger="electra"):
-        pretrain(cfg, run, init=str(base), progress=False)
+        pretrain(cfg, run, init=str(base), device="cpu", progress=False)
     source_ckpt = list_checkpoints(base)[-1]
     source, source_cfg = load_model_checkpoint(source_ckpt)
     first = train_rows(run)[0]
@@ -270,11 +270,11 @@ def test_a_corpus_of_another_tokenizer_is_refused_in_one_line_naming_both(base, 
 
 def test_a_killed_continued_run_resumes_bit_for_bit_without_reading_its_source_again(base, corpora, tmp_path):
     cfg = load_config("tiny", [*CONTINUE, "train.max_steps=4", f"data.path={corpora['a']}"])
-    pretrain(cfg, tmp_path / "straight", init=str(base), progress=False)
+    pretrain(cfg, tmp_path / "straight", init=str(base), device="cpu", progress=False)
     killed = tmp_path / "killed"
-    assert die_at("checkpoint.commit@2", pretrain, cfg, killed, init=str(base), progress=False) == KILLED
+    assert die_at("checkpoint.commit@2", pretrain, cfg, killed, init=str(base), device="cpu", progress=False) == KILLED
     assert list_checkpoints(killed)[-1].name == "step_00000002"
-    pretrain(cfg, killed, resume="auto", init=str(base), progress=False)
+    pretrain(cfg, killed, resume="auto", init=str(base), device="cpu", progress=False)
     assert metric_rows(killed) == metric_rows(tmp_path / "straight")
     assert assert_same_state(killed, tmp_path / "straight") > 0
     init = [json.loads((run / "run.json").read_text())["init"] for run in (killed, tmp_path / "straight")]
