@@ -129,7 +129,11 @@ def _vocab_overshoot(vocab: dict[str, int], args: argparse.Namespace) -> str:
 def _add_data(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("prepare", help="tokenize text into a memory-mapped pretraining corpus folder")
-    p.add_argument("--tokenizer", required=True, help="folder with tokenizer.json (or a BERT vocab.txt), or the file")
+    tokenizer = (
+        "folder with tokenizer.json (or a BERT vocab.txt), or the file; or a model's: a run folder or checkpoint, our "
+        "transformers export, a transformers folder or hub id ORG/NAME[@REVISION] (the text a model continues on)"
+    )
+    p.add_argument("--tokenizer", required=True, help=tokenizer)
     p.add_argument("--out", required=True, help="output folder (created atomically)")
     _add_input_arguments(p)
     workers = "tokenizer processes (default: one per core; one on machines with two cores or fewer)"
@@ -142,10 +146,11 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
 
 def _run_data(args: argparse.Namespace) -> int:
     from electra.data.prepare import prepare, summary
+    from electra.modeling.hub import resolve_model
 
     meta = prepare(
         args.inputs,
-        args.tokenizer,
+        resolve_model(args.tokenizer),  # a hub id: its cached snapshot; a model folder: its tokenizer (prepare)
         args.out,
         args.workers,
         args.overwrite,
@@ -179,7 +184,8 @@ PRETRAIN_FLAGS = {
 def _add_pretrain(p: argparse.ArgumentParser) -> None:
     from electra.config import preset_names
 
-    p.add_argument("--config", default="small", help=f"a preset ({', '.join(preset_names())}) or a YAML file")
+    presets = ", ".join(preset_names())
+    p.add_argument("--config", default=None, help=f"a preset ({presets}) or a YAML file (default: small)")
     p.add_argument("--data", help="a folder from `electra data prepare` (default: the built-in synthetic corpus)")
     p.add_argument("--out", required=True, help="the run folder")
     p.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
@@ -198,6 +204,14 @@ def _add_pretrain(p: argparse.ArgumentParser) -> None:
         help="torch.compile the step (default: on with CUDA, off on CPU)",
     )
     p.add_argument("--resume", help="'auto' (newest valid checkpoint of --out) or a checkpoint folder")
+    init = (
+        "start from a model you already have (continued pretraining; weights only: a fresh optimizer, schedule and "
+        "step counter; the model's shape is the source's): a run folder or checkpoint, our transformers export, a "
+        "transformers ELECTRA discriminator folder or hub id ORG/NAME[@REVISION]"
+    )
+    p.add_argument("--init", metavar="SOURCE", help=init)
+    gen = "the transformers generator beside a --init discriminator (folder or hub id); without it one is made afresh"
+    p.add_argument("--init-generator", metavar="GENERATOR", help=gen)
     p.add_argument(
         "--device", help="cpu, cuda (under torchrun: the local rank's GPU) or cuda:N (default: cuda if available)"
     )
@@ -221,10 +235,18 @@ def _run_pretrain(args: argparse.Namespace) -> int:
     from electra.training.step import NonFiniteError
 
     flags = [f"{key}={getattr(args, flag)}" for flag, key in PRETRAIN_FLAGS.items() if getattr(args, flag) is not None]
-    cfg = load_config(args.config, flags + args.set)
+    cfg = load_config(args.config or "small", flags + args.set)
     loggers = tuple(name for name in ("tensorboard", "wandb") if getattr(args, name))
     try:
-        meta = pretrain(cfg, args.out, resume=args.resume, device=args.device, loggers=loggers, progress=not args.quiet)
+        meta = pretrain(
+            cfg,
+            args.out,
+            resume=args.resume,
+            device=args.device,
+            loggers=loggers,
+            progress=not args.quiet,
+            init=_init(args, flags),
+        )
     except NonFiniteError as err:
         print(f"electra pretrain: {err}", file=sys.stderr)
         return 3
@@ -244,6 +266,21 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         print(held_out_line(args.out))
         print(next_glue_line(args))
     return 0
+
+
+def _init(args: argparse.Namespace, flags: list[str]):
+    """--init (and --init-generator) as `pretrain`'s `init`, with what set each config key (a preset given with
+    --config, or --set and the flags), for its refusals; None without --init."""
+    if args.init is None:
+        if args.init_generator is not None:
+            raise ValueError("--init-generator names the generator beside a --init discriminator: give --init too")
+        return None
+    from electra.config import keys_set
+    from electra.training.continued import Init
+
+    in_preset, overridden = keys_set(args.config, flags + args.set)
+    set_by = {key: f"--config {args.config}" for key in in_preset} | {key: "--set" for key in overridden}
+    return Init(args.init, args.init_generator, set_by)
 
 
 def resume_command(args: argparse.Namespace) -> str:

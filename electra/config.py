@@ -333,6 +333,26 @@ def load_config(preset_or_path: str | Path | None = None, overrides: list[str] |
     return cfg
 
 
+def keys_set(preset_or_path: str | Path | None, overrides: list[str] | None = None) -> tuple[set[str], set[str]]:
+    """The dotted keys a preset (or YAML file) sets, and those `section.key=value` overrides set, as `load_config`
+    reads them: so that a refusal can say where a value came from."""
+    in_preset: set[str] = set()
+    if preset_or_path is not None:
+        path = Path(preset_or_path)
+        if not path.suffix and (PRESET_DIR / f"{path}.yaml").exists():
+            path = PRESET_DIR / f"{path}.yaml"
+        raw = read_yaml(path) if path.is_file() else None
+        stack = [("", raw if isinstance(raw, dict) else {})]
+        while stack:
+            prefix, node = stack.pop()
+            for key, value in node.items():
+                if isinstance(value, dict):
+                    stack.append((f"{prefix}{key}.", value))
+                else:
+                    in_preset.add(f"{prefix}{key}")
+    return in_preset, {item.partition("=")[0].strip() for item in overrides or []}
+
+
 def _load(
     defaults: Any,
     folder: Path,

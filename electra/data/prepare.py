@@ -53,7 +53,7 @@ from electra.data.sources import (
     source_fingerprint,
     total_size,
 )
-from electra.data.tokenizer import load_tokenizer
+from electra.data.tokenizer import find_tokenizer, load_tokenizer
 from electra.utils.errors import DiskFullError, InputError, RefusedError, is_disk_full
 from electra.utils.faults import failpoint
 from electra.utils.files import folder_lock
@@ -105,14 +105,24 @@ def default_workers() -> int:
 
 
 def _tokenizer_json(tokenizer: str | Path) -> str:
-    """The tokenizer as tokenizer.json text (a BERT vocab.txt is converted), to store beside the data."""
+    """The tokenizer as tokenizer.json text (a BERT vocab.txt is converted), to store beside the data. A folder
+    without one of its own is read as a model's: a run folder or checkpoint (RUN/tokenizer), our transformers
+    export (its discriminator/ or masked_lm/), a prepared corpus (find_tokenizer)."""
 
     path = Path(tokenizer)
+    if path.is_dir() and not any((path / name).exists() for name in ("tokenizer.json", "vocab.txt")):
+        path = find_tokenizer(path) or path  # else load_tokenizer names the folder
     file = path / "tokenizer.json" if path.is_dir() else path
     if file.name == "tokenizer.json" and file.exists():
         load_tokenizer(file)  # validates it
         return file.read_text(encoding="utf-8")
     return load_tokenizer(path).to_str(pretty=True)
+
+
+def tokenizer_sha256(tokenizer: str | Path) -> str:
+    """The digest a corpus prepared with `tokenizer` records as metadata.json's `tokenizer_sha256`: of the
+    tokenizer.json text `prepare` stores (so a model's tokenizer can be compared with a corpus's)."""
+    return hashlib.sha256(_tokenizer_json(tokenizer).encode("utf-8")).hexdigest()
 
 
 UNK_WARN_RATE = 0.05

@@ -48,6 +48,22 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise ValueError(f"{path}: not a valid tokenizer.json: {err}") from err
 
 
+def find_tokenizer(path: str | Path) -> Path | None:
+    """The tokenizer folder that belongs to a run, checkpoint, prepared corpus or HF folder (our export: its
+    discriminator/ or masked_lm/), if any."""
+    path = Path(path)
+    for candidate in (
+        path / "tokenizer",
+        path.parent.parent / "tokenizer",
+        path,
+        path / "discriminator",
+        path / "masked_lm",
+    ):
+        if (candidate / "tokenizer.json").exists() or (candidate / "vocab.txt").exists():
+            return candidate
+    return None
+
+
 def tokenizer_info(path: str | Path) -> TokenizerInfo:
     tok = load_tokenizer(path)
     ids = {}

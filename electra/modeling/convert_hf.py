@@ -167,8 +167,8 @@ def hf_config(cfg: ModelConfig, which: str) -> dict:
     )
 
 
-def read_hf_dir(path: str | Path) -> tuple[dict, dict[str, Tensor]]:
-    """config.json and the weights of a `save_pretrained` folder, never executing code from it."""
+def read_hf_config(path: str | Path) -> dict:
+    """config.json of a transformers ELECTRA or RoFormer folder."""
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.exists():
@@ -180,6 +180,13 @@ def read_hf_dir(path: str | Path) -> tuple[dict, dict[str, Tensor]]:
     if not isinstance(config, dict) or config.get("model_type") not in MODEL_TYPES:
         found = config.get("model_type") if isinstance(config, dict) else type(config).__name__
         raise HFConversionError(f"{config_file}: model_type is {found!r}, not 'electra' or 'roformer'")
+    return config
+
+
+def read_hf_dir(path: str | Path) -> tuple[dict, dict[str, Tensor]]:
+    """config.json and the weights of a `save_pretrained` folder, never executing code from it."""
+    path = Path(path)
+    config = read_hf_config(path)
     if (path / "model.safetensors").exists():
         from safetensors.torch import load_file
 
@@ -213,16 +220,35 @@ def from_hf(
     fam = family(model_cfg)
     parts = [("discriminator", disc_state, discriminator_dir), ("generator", gen_state, generator_dir)]
     if fam == "roformer":
-        head = Path(discriminator_dir) / DISC_HEAD_FILE
-        if not head.exists():
-            raise HFConversionError(
-                f"{head}: missing (a RoFormerModel has no replaced-token-detection head; "
-                "`electra export-hf` writes it beside the model)"
-            )
-        from safetensors.torch import load_file
-
-        parts.append(("discriminator_head", load_file(head), head))
+        parts.append(("discriminator_head", _roformer_head(discriminator_dir), discriminator_dir))
     return _load_parts(model, fam, parts)
+
+
+def discriminator_into(model: ElectraForPretraining, discriminator_dir: str | Path) -> list[str]:
+    """Load a transformers discriminator alone (ElectraForPreTraining; RoFormer: RoFormerModel + the head file
+    beside it) into `model`'s shared embeddings and discriminator, whose sizes must be its own; the generator keeps
+    the weights `model` was built with. Returns the names left as built (the generator's own), in eval mode."""
+    _, state = read_hf_dir(discriminator_dir)
+    fam = family(model.cfg)
+    parts = [("discriminator", state, discriminator_dir)]
+    if fam == "roformer":
+        parts.append(("discriminator_head", _roformer_head(discriminator_dir), discriminator_dir))
+    kept = [name for name in model.state_dict() if name.startswith("generator.")]
+    _load_parts(model, fam, parts, kept)
+    return kept
+
+
+def _roformer_head(discriminator_dir: str | Path) -> dict[str, Tensor]:
+    """The replaced-token-detection head `to_hf` writes beside a RoFormerModel (which has none of its own)."""
+    head = Path(discriminator_dir) / DISC_HEAD_FILE
+    if not head.exists():
+        raise HFConversionError(
+            f"{head}: missing (a RoFormerModel has no replaced-token-detection head; "
+            "`electra export-hf` writes it beside the model)"
+        )
+    from safetensors.torch import load_file
+
+    return load_file(head)
 
 
 def masked_lm_from_hf(folder: str | Path) -> MaskedLMForPretraining:
@@ -234,11 +260,12 @@ def masked_lm_from_hf(folder: str | Path) -> MaskedLMForPretraining:
     return _load_parts(model, family(model_cfg), [("masked_lm", state, folder)])
 
 
-def _load_parts(model, fam: str, parts: list[tuple[str, dict[str, Tensor], str | Path]]):
+def _load_parts(model, fam: str, parts: list[tuple[str, dict[str, Tensor], str | Path]], kept: list[str] = ()):
     """Load the HF state dicts `parts` ((prefix set, state, folder) each) into `model`, checking every name and
-    shape; the first part's copy of the shared embeddings wins, the tied output weights are re-tied."""
+    shape; the first part's copy of the shared embeddings wins, the tied output weights are re-tied. The names
+    `kept` keep the weights `model` has."""
     ours = model.state_dict()
-    loaded: dict[str, Tensor] = {}
+    loaded: dict[str, Tensor] = {name: ours[name] for name in kept}
     tied = _TIED_HF_KEYS[fam]
     for which, state, folder in parts:
         for key, value in state.items():
@@ -287,12 +314,22 @@ def discriminator_body_from_hf(hf_dir: str | Path) -> tuple[ElectraModel, ModelC
     return body, cfg
 
 
+STARTED_FROM_KEY = "electra_init"
+"""The config.json field of an export of a continued run that says where its pretraining started (run.json's
+`init`: the source as given, its path, revision, step, weights sha256 and FLOPs). transformers keeps an unknown
+config field as an attribute of the config and otherwise ignores it: loading and the model are unchanged."""
+
+
 def to_hf(
-    model: ElectraForPretraining | MaskedLMForPretraining, out_dir: str | Path, tokenizer_dir: str | Path | None = None
+    model: ElectraForPretraining | MaskedLMForPretraining,
+    out_dir: str | Path,
+    tokenizer_dir: str | Path | None = None,
+    started_from: dict | None = None,
 ) -> Path:
     """Write `out_dir/discriminator` and `out_dir/generator` (the MLM baseline: `out_dir/masked_lm`) that
     transformers loads with no missing keys: ElectraForPreTraining + ElectraForMaskedLM, or with rotary positions
-    RoFormerModel (+ the discriminator head in DISC_HEAD_FILE beside it) + RoFormerForMaskedLM."""
+    RoFormerModel (+ the discriminator head in DISC_HEAD_FILE beside it) + RoFormerForMaskedLM. `started_from`: a
+    continued run's source, recorded in each config.json as STARTED_FROM_KEY."""
     import transformers
 
     out_dir = Path(out_dir)
@@ -302,7 +339,8 @@ def to_hf(
     for which in parts:
         arch = hf_config(model.cfg, which)
         config_cls = getattr(transformers, "RoFormerConfig" if fam == "roformer" else "ElectraConfig")
-        hf_model = getattr(transformers, arch["architectures"][0])(config_cls(**arch))
+        provenance = {STARTED_FROM_KEY: started_from} if started_from is not None else {}
+        hf_model = getattr(transformers, arch["architectures"][0])(config_cls(**arch, **provenance))
         delta = state.get("discriminator_word_delta") if which == "discriminator" else None
         hf_state = _renamed(with_discriminator_word_table(state, delta), fam, which)
         if which != "discriminator":

@@ -1,5 +1,8 @@
 """The questions a report answers and its verdicts on them: did each pretraining help (against random weights of its
-own study, corpus and shape), and does ELECTRA beat MLM (within one study, at its one budget, so at equal FLOPs).
+own study, corpus and shape), does ELECTRA beat MLM (within one study, at its one budget, so at equal FLOPs), and
+for continued pretraining (`pretrain --init`), which continuation of one model did better (two settings of one
+study that continued it: at equal continued FLOPs) and did continuing beat the model it started from (where that
+run and its sweep are in the report).
 Each is answered per task, with a pooled verdict only over the tasks that moved (electra/report/verdicts.py
 `answer`). report.md, `electra study`'s last lines and the demo's read the same verdicts from here.
 """
@@ -7,6 +10,7 @@ Each is answered per task, with a pooled verdict only over the tasks that moved 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from electra.report.seeds import Model
 from electra.report.verdicts import CONFIDENCE, MIN_SEEDS, Answer, answer
@@ -50,17 +54,55 @@ def electra_mlm_pairs(models: list[Model]) -> list[tuple[Model, Model]]:
     return [(a, b) for a in electra for b in mlm if a.study == b.study]
 
 
+def continuation_pairs(models: list[Model]) -> list[tuple[Model, Model]]:
+    """(continued, other): two models of one study that continued the same model (run.json `init`, its weights'
+    sha256), each pair once; and each continued model with the run it started from, where that is in the report."""
+    pretrained = [m for m in models if m.results and not m.baseline]
+    pairs = []
+    for i, a in enumerate(pretrained):
+        init = _init(a)
+        if init is None:
+            continue
+        for b in pretrained[i + 1 :]:
+            other = _init(b)
+            if other is not None and a.study == b.study and other.get("sha256") == init.get("sha256"):
+                pairs.append((a, b))
+        pairs += [(a, b) for b in pretrained if b is not a and _started_from(init, b)]
+    return pairs
+
+
+def _init(m: Model) -> dict | None:
+    """Where the model's pretraining started (run.json `init`), if it continued a model."""
+    init = None if m.pretrain is None else m.pretrain.meta.get("init")
+    return init if isinstance(init, dict) else None
+
+
+def _started_from(init: dict, source: Model) -> bool:
+    """Whether `init` names `source`'s run: its folder, or a checkpoint in it."""
+    if source.pretrain is None or not init.get("path"):
+        return False
+    path, run = Path(init["path"]), source.pretrain.path.resolve()
+    return path == run or path.parent.parent == run
+
+
 def ask(a: Model, b: Model, tasks: list[str], wins: tuple[str, str]) -> Question:
     return Question(a, b, wins, answer(a.name, a.results, b.name, b.results, tasks, a.judge(), b.judge()))
 
 
 def questions(models: list[Model], tasks: list[str]) -> tuple[list[Question], list[Question]]:
-    """Each pretrained model against its baseline, and each ELECTRA against the MLM of its study."""
+    """Each pretrained model against its baseline, each ELECTRA against the MLM of its study, and each continued
+    model against the other continuations of its model in its study and against that model."""
     pretrained = [m for m in models if m.results and not m.baseline]
     helped = [(m, baseline_for(m, models)) for m in pretrained]
     helped = [ask(m, b, tasks, PRETRAINING) for m, b in helped if b is not None]
     beats = [ask(a, b, tasks, OBJECTIVE) for a, b in electra_mlm_pairs(models)]
+    beats += [ask(a, b, tasks, continued(a, b)) for a, b in continuation_pairs(models)]
     return helped, beats
+
+
+def continued(a: Model, b: Model) -> tuple[str, str]:
+    """What is said of continuation `a` against `b`, another continuation of its model or the model itself."""
+    return f"{a.name} beats {b.name}", f"{a.name} does NOT beat {b.name}"
 
 
 def answer_lines(q: Question) -> list[str]:

@@ -443,6 +443,8 @@ def compute_row(e: Entry) -> dict:
         "hours": 0.0,
         "finetune_hours": None if tuning is None else tuning / 3600,
         "finetune_machines": finetune_machines(e.glue),
+        "continued": False,
+        "source_flops": None,
     }
     run = e.pretrain
     if run is None:
@@ -460,4 +462,15 @@ def compute_row(e: Entry) -> dict:
         "gpus": max((s["world_size"] for s in parts if s["device"] not in ("cpu", "unknown")), default=0),
         "sessions": parts,
         "hours": None if seconds is None else seconds / 3600,
+        **source_compute(run.meta),
     }
+
+
+def source_compute(meta: dict) -> dict:
+    """A continued run's (run.json `init`: pretrain --init): `continued`, and the FLOPs already spent in the model
+    it started from (`source_flops`; None where unknown: a model trained elsewhere). Its own `flops` count only
+    the steps it made."""
+    init = meta.get("init")
+    if not isinstance(init, dict):
+        return {"continued": False, "source_flops": None}
+    return {"continued": True, "source_flops": init.get("flops")}

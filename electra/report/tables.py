@@ -95,6 +95,7 @@ def compute_table(entries: list[Entry], tasks: list[str] = ()) -> list[str]:
         if m.seeded and runs:
             lines.append(_model_compute_line(m, runs, tasks))
     legend = [f"[{key}] {machine}" for machine, key in machines.items()]
+    continued = any(compute_row(e)["continued"] for e in entries if e.pretrain is not None)
     return lines + [
         "",
         *(["Machines (the times beside each key were taken there): " + "; ".join(legend) + ".", ""] if legend else []),
@@ -106,6 +107,7 @@ def compute_table(entries: list[Entry], tasks: list[str] = ()) -> list[str]:
         "run resolved train.precision to and whether its fp32 matmuls ran in TF32 (run.json; ? for runs older than "
         "those keys). Fine-tuning h: all seeds and tasks of the model's GLUE sweep.",
         "",
+        *([CONTINUED_NOTE, ""] if continued else []),
         *(
             [
                 "With pretraining seeds: each model's row (bold) sums the compute of its pretraining runs. Task mean "
@@ -120,13 +122,28 @@ def compute_table(entries: list[Entry], tasks: list[str] = ()) -> list[str]:
     ]
 
 
+CONTINUED_NOTE = (
+    "A continued run (pretrain --init) counts the steps it made itself; beside its FLOPs, the FLOPs already spent in "
+    "the model it started from (run.json init.flops: its source run's steps and theirs; unknown for a model trained "
+    "elsewhere, e.g. a transformers pair)."
+)
+
+
+def _flops_cell(r: dict) -> str:
+    """The FLOPs a run spent, and for a continued run those of its source beside them."""
+    if not r["continued"]:
+        return f"{r['flops']:.3g}"
+    source = "unknown" if r["source_flops"] is None else f"{r['source_flops']:.3g}"
+    return f"{r['flops']:.3g} (+ {source} in its source)"
+
+
 def _compute_line(e: Entry, machines: dict[str, str], seeded: bool, score) -> str:
     r = compute_row(e)
     wall = "–" if r["pfs_days_wall"] is None else f"{r['pfs_days_wall']:.2e}"
     run_sessions = _sessions_cell(r, machines)  # the pretraining's machines take the first keys
     tuning = _hours(r["finetune_hours"]) + "".join(_machine_mark(m, machines) for m in r["finetune_machines"])
     line = (
-        f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {r['flops']:.3g} | {r['pfs_days']:.2e} | "
+        f"| {e.name} | {e.kind} | {r['steps']:,} | {r['tokens']:,} | {_flops_cell(r)} | {r['pfs_days']:.2e} | "
         f"{r['gpus']} | {run_sessions} | {_precision_cell(e)} | {_hours(r['hours'])} | {tuning} | {wall} |"
     )
     if seeded:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from electra.config import ConfigError, PretrainConfig, load_config
+from electra.config import ConfigError, PretrainConfig, keys_set, load_config
 from electra.data.corpus import TOKENIZER_FILE
 from electra.data.synthetic import synthetic_tokenizer_info
 from electra.data.tokenizer import tokenizer_info
@@ -28,6 +28,8 @@ from electra.executors.slurm import SlurmOptions
 from electra.glue.plan import worker_threads
 from electra.modeling.flops import off_train_flops
 from electra.training.checkpoint import run_finished
+from electra.training.continued import Init, continued_config
+from electra.training.init_source import Source, open_source
 from electra.training.loop import plan_step
 from electra.training.precision import resolve_device
 from electra.training.timing import make_pretrain_step, sync
@@ -56,7 +58,10 @@ class StudySpec:
     """`section.key=v1,v2,...`, repeatable: the settings are the product of the lists."""
     settings: list[str] = field(default_factory=list)
     """Named settings instead of (or after) a grid: `NAME:key=value;key=value`, e.g. `mlm:objective.kind=mlm` or
-    `electra-T3:objective.temperature=3` (`NAME:` alone: the base config)."""
+    `electra-T3:objective.temperature=3` (`NAME:` alone: the base config). The key `init` starts the setting's
+    pretraining from a model (continued pretraining, `pretrain(init=...)`; `init_generator`: the generator beside a
+    transformers discriminator), e.g. `tapt:init=runs/base;data.path=runs/tapt`: the budget pays for its
+    continued steps only."""
     budget: str = "steps"
     """`steps`, `flops=F`, `seconds=S` or `steps=N` (plain `steps`: the base config's max_steps)."""
     data: str | None = None
@@ -116,16 +121,41 @@ class Setting:
     """Its train.seed; None: the base config's (studies written before pretraining seeds)."""
 
     def overrides(self, spec: StudySpec) -> list[str]:
-        values = [f"{k}={v}" for k, v in self.values.items()]
+        values = [f"{k}={v}" for k, v in self.values.items() if k not in INIT_KEYS]
         seed = [] if self.pretrain_seed is None else [f"train.seed={self.pretrain_seed}"]
         steps = [f"train.max_steps={self.steps}"] if self.steps else []
         data = [f"data.path={spec.data}"] if spec.data else []
         # the tokenizer's vocabulary, as the run will resolve it: so that the budget's FLOPs are the run's
-        vocab = [f"model.vocab_size={vocabulary_size(spec.data)}"]
+        vocab = [f"model.vocab_size={vocabulary_size(self.values.get('data.path', spec.data))}"]
         return [*spec.overrides, *data, *vocab, *values, *seed, *steps]
 
+    @property
+    def init(self) -> Init | None:
+        """The model this setting's pretraining starts from (its `init` key), if any."""
+        if "init" not in self.values:
+            return None
+        return Init(self.values["init"], self.values.get("init_generator"))
+
     def config(self, spec: StudySpec) -> PretrainConfig:
-        return load_config(spec.base, self.overrides(spec))
+        """The setting's pretraining config; one that starts from a model has the model's shape (refused in one
+        line where --base, --set or the setting contradicts it)."""
+        cfg = load_config(spec.base, self.overrides(spec))
+        if self.init is None:
+            return cfg
+        in_base, overridden = keys_set(spec.base, spec.overrides)
+        set_by = {k: f"--base {spec.base}" for k in in_base} | {k: "--set" for k in overridden}
+        set_by |= {k: f"--setting {self.name}" for k in self.values}
+        return continued_config(cfg, opened_source(self.init.source, self.init.generator), set_by)
+
+
+INIT_KEYS = ("init", "init_generator")
+"""Setting keys that name a model to start from, not config keys."""
+
+
+@functools.cache
+def opened_source(source: str, generator: str | None) -> Source:
+    """`open_source`, once per study process (it hashes the weights)."""
+    return open_source(source, generator)
 
 
 @functools.cache
@@ -187,10 +217,12 @@ def with_pretrain_seeds(spec: StudySpec, settings: list[Setting]) -> list[Settin
     NAME-pK (NAME alone for one seed), its group NAME."""
     out = []
     for s in settings:
-        first = s.config(spec).train.seed
+        cfg = s.config(spec)
+        first = cfg.train.seed
         for k in range(spec.pretrain_seeds):
             name = s.name if spec.pretrain_seeds == 1 else f"{s.name}-p{k}"
-            out.append(dataclasses.replace(s, name=name, group=s.name, pretrain_seed=first + k))
+            kind = s.kind if s.init is None else cfg.objective.kind  # a masked LM continues as the MLM baseline
+            out.append(dataclasses.replace(s, name=name, group=s.name, pretrain_seed=first + k, kind=kind))
     return out
 
 

@@ -63,6 +63,7 @@ from electra.study.grid import (
 from electra.study.plan import make_plan, plan_lines
 from electra.training.baseline import write_initialised_run
 from electra.training.checkpoint import list_checkpoints
+from electra.training.continued import Init
 from electra.training.loop import code_revision, pretrain
 from electra.training.trackers import check_trackers
 from electra.utils.files import folder_lock, write_json
@@ -167,9 +168,10 @@ def _pretrain_worker(
     threads: int | None = None,
     loggers: tuple[str, ...] = (),
     progress: bool = True,
+    init: Init | None = None,
 ) -> int:
-    """One setting's pretraining (resumed from its checkpoints if it has any); `threads`: in a worker process,
-    its share of the CPU cores."""
+    """One setting's pretraining (resumed from its checkpoints if it has any; `init`: the model a fresh one
+    starts from); `threads`: in a worker process, its share of the CPU cores."""
     import torch
 
     if threads is not None:  # the study's split of the cores, which auto then keeps (as under OMP_NUM_THREADS)
@@ -177,7 +179,8 @@ def _pretrain_worker(
         os.environ[THREADS_SHARE_ENV] = f"the study's share of {plural(usable_cpus(), 'core')}"
         torch.set_num_threads(threads)
     resume = "auto" if list_checkpoints(run) else None
-    meta = pretrain(from_dict(cfg_dict), run, resume=resume, device=device, loggers=loggers, progress=progress)
+    cfg = from_dict(cfg_dict)
+    meta = pretrain(cfg, run, resume=resume, device=device, loggers=loggers, progress=progress, init=init)
     if parent_gone():  # a pool worker whose study died: no one to report to, or to wait for
         os._exit(128 + int(signal.SIGTERM))
     return meta.step
@@ -187,9 +190,11 @@ def pretrain_job(spec: StudySpec, s: Setting, threads: int | None = None) -> Job
     """Setting `s`'s pretraining as a Job: done when its run finished its steps (its final checkpoint on disk)."""
     run = run_dir(spec, s) / "pretrain"
     cfg = dataclasses.asdict(s.config(spec))
-    on_slurm = spec.executor == "slurm"
-    fn, args = (pretrain_in_job, (cfg, str(run), spec.device, tuple(spec.loggers))) if on_slurm else (
-        _pretrain_worker, (cfg, str(run), spec.device, threads, tuple(spec.loggers), spec.progress))  # fmt: skip
+    init = () if s.init is None else (s.init,)  # the model a setting starts from, if any
+    if spec.executor == "slurm":
+        fn, args = pretrain_in_job, (cfg, str(run), spec.device, tuple(spec.loggers), *init)
+    else:
+        fn, args = _pretrain_worker, (cfg, str(run), spec.device, threads, tuple(spec.loggers), spec.progress, *init)
     return Job(
         f"pretrain/{s.name}",
         fn,
@@ -222,7 +227,9 @@ def pretrain_all(spec: StudySpec, settings: list[Setting]) -> None:
             raise StudyStopped(f"{s.name} stopped at step {step:,} of {s.steps:,} (a checkpoint was saved)")
 
 
-def pretrain_in_job(cfg_dict: dict, run: str, device: str | None, loggers: tuple[str, ...]) -> int:
+def pretrain_in_job(
+    cfg_dict: dict, run: str, device: str | None, loggers: tuple[str, ...], init: Init | None = None
+) -> int:
     """One setting's pretraining in a SLURM job; with several tasks (SlurmOptions.pretrain_gpus), one DDP rank
     each, given the rendezvous torchrun would give them (submitit's TorchDistributedEnvironment). Stopped by
     SLURM's warning signal (preemption, the time limit), it saves a checkpoint, then has submitit requeue the job,
@@ -231,7 +238,7 @@ def pretrain_in_job(cfg_dict: dict, run: str, device: str | None, loggers: tuple
         import submitit
 
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    step = _pretrain_worker(cfg_dict, run, device, loggers=loggers, progress=False)
+    step = _pretrain_worker(cfg_dict, run, device, loggers=loggers, progress=False, init=init)
     stopped = json.loads((Path(run) / "run.json").read_text()).get("stopped_by_signal")
     if stopped == int(signal.SIGUSR2):  # SLURM's warning: the checkpoint is saved; now submitit requeues the job
         signal.raise_signal(signal.SIGUSR2)  # (its handler is back in place: PretrainingJob.checkpoint)

@@ -30,6 +30,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from electra.config import ConfigError, ModelConfig, PretrainConfig, from_dict, to_dict
+from electra.data.tokenizer import find_tokenizer
 from electra.modeling.convert_hf import discriminator_body_from_hf, from_hf, masked_lm_from_hf, to_hf
 from electra.modeling.electra import ElectraForPretraining, ElectraModel, MaskedLMForPretraining, build_model
 from electra.modeling.hub import resolve_model
@@ -114,6 +115,10 @@ class RunMeta:
     data_digests: dict | None = None
     """The corpus trained on: {"tokenizer_sha256", "tokens_sha256"} from its metadata.json (electra/data/corpus.py),
     None for the built-in synthetic corpus or a run older than the field. A resume with another corpus is refused."""
+    init: dict | None = None
+    """Where a continued run's pretraining started (`pretrain(init=...)`, electra/training/continued.py): the
+    source as given, the path read, its hub revision, its step and weights' sha256, the FLOPs already spent in it
+    (None where unknown) and what was set afresh; None for a run from scratch."""
     finished: bool = False
     """The run reached train.max_steps and its final checkpoint (and the transformers export) are on disk: written
     last, so that nothing reads a run as done in the moments between its final evaluation and its final save. A
@@ -251,6 +256,23 @@ def verify_checkpoint(ckpt: Path, required: tuple[str, ...] = MODEL_FILES) -> No
             raise CheckpointError(f"{ckpt / name}: missing")
 
 
+def weights_only(ckpt: Path) -> bool:
+    """Whether `ckpt` holds a model's files and none of its training state (import-hf's step-0 checkpoint): a
+    model to start from (`pretrain(init=...)`), with nothing to resume. A checkpoint that lists a training file
+    it lacks is damaged, not this."""
+    ckpt = Path(ckpt)
+    try:
+        listed = read_checksums(ckpt) or {}
+    except CorruptFileError:
+        return False
+    training = [name for name in TRAINING_FILES if name not in MODEL_FILES]
+    return (
+        (ckpt / COMPLETE_MARKER).is_file()
+        and all(name in listed for name in MODEL_FILES)
+        and not any(name in listed or (ckpt / name).exists() for name in training)
+    )
+
+
 def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainConfig]:
     ckpt = Path(ckpt)
     verify_checkpoint(ckpt)
@@ -262,21 +284,6 @@ def load_model_checkpoint(ckpt: Path) -> tuple[ElectraForPretraining, PretrainCo
     except Exception as err:  # corrupt file, or weights of another config
         raise CheckpointError(f"{ckpt / 'model.safetensors'}: cannot load: {err}") from err
     return model, cfg
-
-
-def find_tokenizer(path: Path) -> Path | None:
-    """The tokenizer folder that belongs to a run, checkpoint or HF folder, if any."""
-    path = Path(path)
-    for candidate in (
-        path / "tokenizer",
-        path.parent.parent / "tokenizer",
-        path,
-        path / "discriminator",
-        path / "masked_lm",
-    ):
-        if (candidate / "tokenizer.json").exists() or (candidate / "vocab.txt").exists():
-            return candidate
-    return None
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -397,7 +404,15 @@ def export_run_to_hf(run: str | Path, out: str | Path) -> Path:
 
     ckpt = resolve_checkpoint(Path(run))
     model, _ = load_model_checkpoint(ckpt)
-    return to_hf(model, out, find_tokenizer(ckpt))
+    return to_hf(model, out, find_tokenizer(ckpt), started_from(ckpt))
+
+
+def started_from(ckpt: Path) -> dict | None:
+    """Where the run of checkpoint `ckpt` started, if it continued a model (its state.json's `init`)."""
+    try:
+        return json.loads((Path(ckpt) / "state.json").read_text()).get("init")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def import_run_from_hf(discriminator: str | Path, generator: str | Path, out: str | Path) -> Path:

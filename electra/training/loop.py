@@ -43,11 +43,13 @@ from electra.modeling.convert_hf import to_hf
 from electra.modeling.electra import ElectraForPretraining, build_model
 from electra.modeling.masking import MaskedBatch
 from electra.training import checkpoint as ckpt_io
+from electra.training import continued
 from electra.training import resume as training_state
 from electra.training.baseline import write_initialised_run
 from electra.training.batches import host_batch, masked_batch, to_device
 from electra.training.checkpoint import RunMeta
 from electra.training.evaluation import watch_collapse
+from electra.training.init_source import Source
 from electra.training.memory import estimate_peak_bytes, process_peak_bytes
 from electra.training.optim import build_optimizer, learning_rate, peak_lr, set_learning_rate
 from electra.training.precision import (
@@ -165,11 +167,13 @@ def setup(
     resume: str | None = None,
     device: str | None = None,
     data: PretrainingData | None = None,
+    source: Source | None = None,
 ) -> Run:
     """Open the data, build model, optimizer and scaler, resume from a checkpoint if asked, write the run folder.
 
     `data` replaces the corpus of `cfg.data` (e.g. an in-memory source); `resume` is "auto" (the newest valid
     checkpoint of `run_dir`), a checkpoint folder, or None for a fresh run (refused if `run_dir` has checkpoints).
+    `source`: the model a continued run starts from (`continued.open_init`), applied when the run is fresh.
     From here until the run ends, rank 0 holds the run folder's lock (`Run.lock`): a second process that would
     write the same folder is refused, naming this one.
     """
@@ -179,7 +183,7 @@ def setup(
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} does not divide over {world} processes")
     lock = folder_lock(run_dir, "pretraining run") if rank == 0 else None
     try:
-        run = _build_run(cfg, run_dir, resume, rank, world, dev, data)
+        run = _build_run(cfg, run_dir, resume, rank, world, dev, data, source)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -196,6 +200,7 @@ def _build_run(
     world: int,
     dev: torch.device,
     data: PretrainingData | None,
+    source: Source | None = None,
 ) -> Run:
     """`setup`'s work once the run folder is held: the data, the step's plan, model, optimizer and scaler, their
     state restored when resuming, the run folder written, and the model wrapped for DDP and torch.compile."""
@@ -215,6 +220,8 @@ def _build_run(
     scaler = torch.amp.GradScaler(dev.type, enabled=plan.precision.name == "fp16")
     digests = corpus_digests(cfg.data.path)
     meta, loop_state = _start_or_resume(cfg, run_dir, resume, raw_model, optimizer, scaler, rank, world, dev, digests)
+    if source is not None:  # a fresh run takes the source's weights; a resumed one its own
+        continued.start_from(source, cfg, raw_model, meta, rank)
     _record_session(meta, cfg, plan, tf32, rank, world, dev)
     if rank == 0:
         training_state.prepare_run_dir(run_dir, cfg, data.tokens, meta)
@@ -420,7 +427,7 @@ def export_for_transformers(run: Run) -> None:
         return
 
     tokenizer = run.run_dir / "tokenizer"
-    to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None)
+    to_hf(run.raw_model, run.run_dir / "hf", tokenizer if tokenizer.exists() else None, run.meta.init)
 
 
 def record_memory(run: Run, meta: RunMeta) -> None:
@@ -444,18 +451,27 @@ def pretrain(
     loggers: tuple[str, ...] = (),
     data: PretrainingData | None = None,
     progress: bool = True,
+    init: str | Path | continued.Init | None = None,
 ) -> RunMeta:
     """Train for cfg.train.max_steps optimizer steps into `run_dir`; returns where the run stands at the end.
+
+    `init` starts the run from a model you already have (continued pretraining, electra/training/continued.py): a
+    run folder or checkpoint of ours, our transformers export, a transformers discriminator folder or hub id
+    (`continued.Init(source, generator=...)` names its generator; alone, a generator is made afresh). Weights only:
+    the optimizer, schedule and step counter start afresh; the model's shape comes from the source.
 
     SIGTERM / SIGINT (to any one rank, or all) save a checkpoint and stop all ranks at the same step, one or two
     steps after the signal (`meta.stopped_by_signal`, electra/training/stopping.py); the run continues with
     `resume="auto"`. At the last step the model is also exported for transformers (RUN/hf).
     objective.kind=none trains nothing: it writes the initialised model as a step-0 run (electra/training/baseline.py).
     """
+    source = None
+    if init is not None:
+        cfg, source = continued.open_init(cfg, init, data)
     if cfg.objective.kind == "none":
         return write_initialised_run(cfg, run_dir, resume, data)
     with threads_kept():  # the caller's torch threads, as they were, however the run ends
-        run = setup(cfg, run_dir, resume, device, data)
+        run = setup(cfg, run_dir, resume, device, data, source)
         try:
             return train(run, loggers, progress)
         finally:

@@ -33,6 +33,7 @@ from electra.training.checkpoint import (
     save_config,
     save_model_checkpoint,
     verify_checkpoint,
+    weights_only,
 )
 from electra.training.stopping import agree_on_failure
 from electra.utils.errors import DiskFullError
@@ -202,7 +203,9 @@ def check_same_corpus(ckpt: Path, saved: PretrainConfig, cfg: PretrainConfig, di
     raise CheckpointError(
         f"{ckpt} was trained on {named(saved.data.path, recorded)}, not on "
         f"{named(cfg.data.path, digests)}: refusing to resume on another corpus; give the run's "
-        f"own corpus, or another {argument('run_dir')}"
+        f"own corpus, or to continue pretraining its model on this text, {argument('init', str(ckpt))} "
+        f"with another {argument('run_dir')} and no {argument('resume')} (another {argument('run_dir')} "
+        f"without {argument('init')} starts from scratch)"
     )
 
 
@@ -245,6 +248,7 @@ def restore_training_state(
     candidates = [path] if (path / COMPLETE_MARKER).exists() else list_checkpoints(path)[::-1]
     problems = []
     for ckpt in candidates:
+        refuse_weights_only(ckpt)
         try:
             verify_checkpoint(ckpt, TRAINING_FILES)
             saved = read_config(ckpt / "config.yaml")
@@ -296,6 +300,17 @@ def restore_training_state(
     refuse_other_kind_of_folder(path)
     log.warning("%s holds no checkpoint yet: starting a fresh run there", path)
     return None
+
+
+def refuse_weights_only(ckpt: Path) -> None:
+    """A checkpoint of weights only (import-hf's step 0) is a model to start from, not a damaged training state:
+    CheckpointError saying so, and to pass it as `init`."""
+    if weights_only(ckpt):
+        raise CheckpointError(
+            f"{ckpt} holds a model's weights only (as `electra import-hf` writes them), no training state "
+            f"to resume: to continue pretraining from it, pass {argument('init', str(ckpt))} (a fresh "
+            f"optimizer and schedule) with another {argument('run_dir')} and no {argument('resume')}"
+        )
 
 
 # files that mark a folder another command writes: pretraining into it would mix two kinds of results (the
