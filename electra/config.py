@@ -60,7 +60,7 @@ class ModelConfig:
     position_embedding: Literal["learned", "rotary"] = "learned"
     """learned: a trained table added to the word embeddings (BERT, OFF); rotary: no table, queries and keys are
     rotated by their position in every attention layer (RoFormer, Su et al. 2021), as transformers' RoFormer
-    computes it. Small CPU runs with learned positions stay on the token-frequency plateau (docs/results.md)."""
+    computes it. Small CPU runs with learned positions stay on the token-frequency plateau (docs/research-log.md)."""
     type_vocab_size: int = 2
     dropout: float = 0.1
     """Dropout on hidden states (embeddings, attention output, FFN output)."""

@@ -1,6 +1,6 @@
 """Is the masked-LM plateau ours? Train transformers' own ElectraForMaskedLM, at the size of a preset, on the same
 prepared examples with a plain PyTorch loop, and print its held-out loss at [MASK] slots next to what the training
-text's token frequencies score there (the plateau). Numbers: docs/results.md.
+text's token frequencies score there (the plateau). Numbers: docs/research-log.md.
 
     .venv/bin/python scripts/plateau_reference.py --data runs/wiki4k --seq-len 128 --batch-size 16 --steps 1500
 

@@ -6,7 +6,7 @@ For each run, on the same held-out sequences and masks as its evaluations (the c
 the sample equals the original (it then counts as original), which tokens replace (the share among the 100 most
 frequent training tokens), the discriminator's recall on replaced tokens split by what replaced them (a frequent
 or a rarer token; the generator's own probability of its sample), its false-positive rate on originals, and a few
-examples. docs/results.md section 0 has what it showed per budget.
+examples. docs/research-log.md section 0 has what it showed per budget.
 """
 
 import sys

@@ -215,7 +215,7 @@ def test_tiny_is_small_scaled_down_with_offs_objective():
 
 
 def test_cpu_is_tiny_with_rotary_positions_short_sequences_and_real_text_sizes():
-    """cpu is ours too (chosen by measurement, docs/results.md): OFF's objective but for a temperature that falls
+    """cpu is ours too (chosen by measurement, docs/research-log.md): OFF's objective but for a temperature that falls
     from 3 to OFF's 1 over the first 3000 steps (without it a 4 x 128 discriminator collapses), OFF's optimiser and
     1/4 generator, tiny's encoder, and only the differences it was chosen for."""
     cpu, tiny = load_config("cpu"), load_config("tiny")

@@ -51,14 +51,14 @@ def is_collapsed(metrics: dict[str, float]) -> bool:
 COLLAPSE_RANK = 5.0
 """The discriminator's held-out last-layer token states with an effective rank (training/evaluation.py TokenStates)
 at or under this are nearly one vector: it gives the same answer for every token. Measured at 4 x 128 on English
-(docs/results.md): 2.2-4 for collapsed discriminators, 30-90 for learning ones, at steps 250-3000."""
+(docs/research-log.md): 2.2-4 for collapsed discriminators, 30-90 for learning ones, at steps 250-3000."""
 COLLAPSE_HINT = "--set objective.temperature_start=3 --set objective.temperature_steps=3000"
 """The one change most likely to help a discriminator whose states collapsed: easier replacements first (a sampling
-temperature falling to 1), measured against warmup, generator lr, embedding sharing and the others (docs/results.md)."""
+temperature falling to 1), measured against warmup, generator lr, embedding sharing and the others (docs/research-log.md)."""
 SMALLER_GENERATOR = 0.125
 """What to try first where the schedule is on already: a generator 1/8 of the discriminator's width instead of 1/4,
 the one lever that lifted the held-out AUC of a 4 x 128 run with the schedule (0.738 at step 3000 against the
-preset's 0.701-0.713, three seeds; SST-2 unchanged, 83.1 +- 0.4 against 83.2 +- 0.5: docs/results.md, "The
+preset's 0.701-0.713, three seeds; SST-2 unchanged, 83.1 +- 0.4 against 83.2 +- 0.5: docs/research-log.md, "The
 discriminator's first minutes") ..."""
 LONGER_WARMUP = 1000
 """... and then a longer warmup with it (1000 steps instead of the `cpu` preset's 200): without the schedule it

@@ -154,7 +154,7 @@ def peak_lr(cfg: PretrainConfig) -> float:
     One over the width, as Adam's step for a hidden matrix should shrink when its fan-in grows (Yang et al. 2022,
     muP); it also gives OFF's ELECTRA-Small 5e-4 at 256 from the `cpu` preset's 1e-3 at 128. Measured on a CPU at
     4 x 256: at 1e-3 the masked LM stayed on the token-frequency plateau for 4842 steps, at 5e-4 it left it by step
-    500 (docs/results.md)."""
+    500 (docs/research-log.md)."""
     t, width = cfg.train, cfg.model.hidden_size
     if t.lr_width is None or width <= t.lr_width:
         return t.lr

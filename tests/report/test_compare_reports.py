@@ -22,7 +22,7 @@ def _script():
 
 
 def test_it_reproduces_the_committed_reports_verdicts():
-    # docs/results.md, "Where the answer stands": at 4 x 128 ELECTRA - MLM -10.3 (±2.9, p < 0.001) on SST-2 (the
+    # docs/research-log.md, "Where the answer stands": at 4 x 128 ELECTRA - MLM -10.3 (±2.9, p < 0.001) on SST-2 (the
     # other tasks at chance), and the masked LM +4.3 (±0.8) over its own shape's random weights
     out = run_python(SCRIPT, f"{BUDGETS}:study-4x128-30m/electra", f"{BUDGETS}:study-4x128-30m/mlm", check=True).stdout
     assert "sst2 72.4 ± 2.3 (n 5)" in out and "sst2 82.8 ± 0.6 (n 5)" in out

@@ -3,7 +3,7 @@
 Without the preset's temperature schedule (OFF's constant temperature 1), the discriminator's last-layer token
 states collapse to nearly one vector once its generator reaches the token-frequency plateau (step ~80), and it
 answers the same for every token; with it (temperature 3 falling to 1 over 3000 steps) they stay spread, and the
-discriminator goes on to separate replaced tokens (held-out AUC 0.71 at step 3000, 0.78 at 9148). docs/results.md,
+discriminator goes on to separate replaced tokens (held-out AUC 0.71 at step 3000, 0.78 at 9148). docs/research-log.md,
 "The discriminator's first minutes", has the screen.
 """
 

@@ -1,6 +1,6 @@
 """Real English leaves the token-frequency plateau on a CPU: the `cpu` preset's masked LM on the Wikipedia sample
 (WordPiece 4096 trained on it, documents held out for evaluation), and the same run with learned absolute
-positions, which stays on the plateau (docs/results.md has the curves). Slow tier; skips without the sample.
+positions, which stays on the plateau (docs/research-log.md has the curves). Slow tier; skips without the sample.
 
 The plateau: the loss at the held-out [MASK] slots that the training text's token frequencies score there
 (`eval_mlm_unigram_loss`, ~6.57 nats here). A model that knows nothing about context sits on it.
@@ -17,7 +17,7 @@ from electra.training.loop import pretrain
 # The first 1000 steps of the preset's own schedule (train.decay_steps keeps the schedule's length; a run whose
 # learning rate decays to 0 within its own 1000 steps leaves the plateau later). At the preset's length of 32 the
 # masked LM leaves the plateau between steps ~300 and ~600 and is 0.99-1.12 nats under the frequencies at step 1000
-# in each of six seeds (docs/results.md); at length 128 when it left varied from step ~600 to past 1500 with the seed
+# in each of six seeds (docs/research-log.md); at length 128 when it left varied from step ~600 to past 1500 with the seed
 # and the machine (0.01-0.93 nats under at step 1500), which is why the preset trains on short sequences.
 STEPS = 1000
 SHORT = [
