@@ -54,7 +54,8 @@ at or under this are nearly one vector: it gives the same answer for every token
 (docs/research-log.md): 2.2-4 for collapsed discriminators, 30-90 for learning ones, at steps 250-3000."""
 COLLAPSE_HINT = "--set objective.temperature_start=3 --set objective.temperature_steps=3000"
 """The one change most likely to help a discriminator whose states collapsed: easier replacements first (a sampling
-temperature falling to 1), measured against warmup, generator lr, embedding sharing and the others (docs/research-log.md)."""
+temperature falling to 1), measured against warmup, generator lr, embedding sharing and the others
+(docs/research-log.md)."""
 SMALLER_GENERATOR = 0.125
 """What to try first where the schedule is on already: a generator 1/8 of the discriminator's width instead of 1/4,
 the one lever that lifted the held-out AUC of a 4 x 128 run with the schedule (0.738 at step 3000 against the

@@ -17,8 +17,8 @@ from electra.training.loop import pretrain
 # The first 1000 steps of the preset's own schedule (train.decay_steps keeps the schedule's length; a run whose
 # learning rate decays to 0 within its own 1000 steps leaves the plateau later). At the preset's length of 32 the
 # masked LM leaves the plateau between steps ~300 and ~600 and is 0.99-1.12 nats under the frequencies at step 1000
-# in each of six seeds (docs/research-log.md); at length 128 when it left varied from step ~600 to past 1500 with the seed
-# and the machine (0.01-0.93 nats under at step 1500), which is why the preset trains on short sequences.
+# in each of six seeds (docs/research-log.md); at length 128 when it left varied from step ~600 to past 1500 with the
+# seed and the machine (0.01-0.93 nats under at step 1500), which is why the preset trains on short sequences.
 STEPS = 1000
 SHORT = [
     f"train.max_steps={STEPS}",
