@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/electra demo --out runs/demo
 
-# Every tier runs on all cores (pytest-xdist, one test process per core; the SLURM tests share one process, which
-# starts the localhost cluster once). PYTEST_WORKERS=1 runs one test at a time.
+# Every tier runs on all cores (pytest-xdist, one test process per core; each process that runs SLURM tests starts
+# its own localhost cluster, on its own ports: tests/cluster/conftest.py). PYTEST_WORKERS=1 runs one test at a time.
 PYTEST_WORKERS ?= auto
-XDIST  := -n $(PYTEST_WORKERS) --dist loadgroup
+XDIST  := -n $(PYTEST_WORKERS)
 
 # everything, the slowest 20 tests listed at the end
 test: $(STAMP)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from electra.config import ConfigError, FinetuneConfig, merge, validate_finetune
 from electra.executors.follow import SlurmExecutor
@@ -56,7 +57,13 @@ from electra.training.precision import resolve_device as resolve_training_device
 from electra.training.trackers import check_trackers, open_loggers
 from electra.utils.files import write_json
 from electra.utils.machine import choose_threads, threads_kept
-from electra.utils.processes import PARENT_ENV, THREADS_SHARE_ENV, stop_with_parent, usable_cpus
+from electra.utils.processes import (
+    PARENT_ENV,
+    THREADS_SHARE_ENV,
+    interrupts_outside_finalizers,
+    stop_with_parent,
+    usable_cpus,
+)
 from electra.utils.wording import argument, plural, source_text
 
 log = logging.getLogger("electra.glue")
@@ -202,11 +209,11 @@ def run_sweep(spec: SweepSpec, on_runs: Callable[[int], None] | None = None) -> 
                 finish(out, header, codes)  # the report of the runs that finished, then what failed
                 raise
         elif len(devices) > 1:
-            codes = spawn_workers(spec, devices, on_runs)
+            codes = with_workers(spec, devices, len(sweep.pending), on_runs)
             if any(codes):
                 log.error("worker processes exited with %s; run the same sweep again to resume", codes)
         else:
-            with threads_kept():  # the caller's torch threads, as they were
+            with threads_kept(), interrupts_outside_finalizers():  # the caller's threads; a Ctrl-C never lost
                 work(spec, header, sweep.data, resolve_device(devices[0]), sweep.pretrained, on_runs)
     except JobsDetached:  # Ctrl-C while following SLURM jobs: they go on (the caller says so)
         raise
@@ -582,6 +589,22 @@ WORKER_POLL_SECONDS = 1.0
 """How often a sweep waiting on its workers counts their finished runs (result.json files) for `on_runs`."""
 
 
+def with_workers(spec: SweepSpec, devices: list[str], runs: int, on_runs: Callable[[int], None] | None) -> list[int]:
+    """`spawn_workers` under one progress bar over the sweep's runs, drawn here: the workers draw none (two
+    processes' bars would write over each other, and a Ctrl-C that lands in a bar's clean-up prints a traceback)."""
+    bar = tqdm(total=runs, desc="fine-tuning", unit="run", disable=not spec.progress)
+
+    def told(n: int) -> None:
+        bar.update(n)
+        if on_runs is not None:
+            on_runs(n)
+
+    try:
+        return spawn_workers(dataclasses.replace(spec, progress=False), devices, told)
+    finally:
+        bar.close()
+
+
 def spawn_workers(spec: SweepSpec, devices: list[str], on_runs: Callable[[int], None] | None = None) -> list[int]:
     """One `python -m electra.glue.sweep` process per device (electra.executors.local.start_workers), given the
     spec as JSON; they share the runs through claim files. Returns their exit codes.
@@ -700,7 +723,8 @@ def _worker_main(path: str, device: str) -> int:
     tasks, _ = resolve_tasks(spec.tasks, spec.glue_dir)
     header = check_sweep_header(Path(spec.out), spec, write=False)
     try:
-        work(spec, header, load_data(tasks, spec.finetune), resolve_device(device))
+        with interrupts_outside_finalizers():
+            work(spec, header, load_data(tasks, spec.finetune), resolve_device(device))
     except KeyboardInterrupt:  # stopped by the sweep (spawn_workers), which says what was interrupted
         return 128 + int(signal.SIGINT)
     finally:  # a stop that arrives while the interpreter shuts down (the last run just ended) has nothing to stop:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import threading
 
 PARENT_ENV = "ELECTRA_PARENT_PID"
 """Set by a process for the workers it starts: its pid, which `stop_with_parent` checks."""
@@ -38,3 +40,33 @@ def stop_with_parent(parent_pid: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
     if os.getppid() != parent_pid:  # the parent died before the request was made
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+RESEND_SECONDS = 0.05
+"""How long a Ctrl-C that arrived inside a finaliser waits before it is sent again (`interrupts_outside_finalizers`)."""
+
+
+@contextlib.contextmanager
+def interrupts_outside_finalizers():
+    """Ctrl-C (SIGINT) as KeyboardInterrupt, but never inside an object's `__del__`: Python cannot raise out of a
+    finaliser, so it prints "Exception ignored in ..." with a traceback and the interrupt is lost (a progress bar
+    or a tensor freed at that moment swallowed a sweep's Ctrl-C). A signal that lands in one is sent again
+    RESEND_SECONDS later, when the finaliser has returned. The previous handler is back when the block ends."""
+
+    def handler(signum, frame):
+        f = frame
+        while f is not None:
+            if f.f_code.co_name == "__del__":
+                threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum)).start()
+                return
+            f = f.f_back
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set signal handlers
+        return
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -5,9 +5,11 @@ a broken setup is not mistaken for a missing one."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,10 +36,21 @@ def why_not() -> str | None:
     )
 
 
+def worker_port() -> int:
+    """slurmctld's port for this test process: one cluster per pytest-xdist worker (gw0: 6917, gw1: 6927, ...), so
+    that workers running SLURM tests at once never meet on one port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return 6917 + 10 * int(worker.removeprefix("gw") or 0)
+
+
 def run_script(action: str, folder: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(SCRIPT), action, str(folder)], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL
-    )
+    env = {**os.environ, "SLURM_LOCALHOST_PORT": str(worker_port())}
+    with open(Path(tempfile.gettempdir()) / "electra-slurm-localhost.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one start or stop at a time: they share munged
+        return subprocess.run(
+            [str(SCRIPT), action, str(folder)], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+            env=env,
+        )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

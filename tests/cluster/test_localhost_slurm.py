@@ -10,7 +10,6 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("slurm")  # the cluster's ports: one test process starts it
 def test_a_job_runs_and_leaves_the_queue(slurm, tmp_path):
     job = subprocess.run(
         ["sbatch", "--parsable", "--wrap", "echo $SLURM_JOB_ID > OUT"],

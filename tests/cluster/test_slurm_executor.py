@@ -22,7 +22,7 @@ from electra.training.checkpoint import list_checkpoints
 from tests.glue_fixtures import make_run, write_glue
 from tests.helpers import WALL_CLOCK_FIELDS, child_env, cli_command, cli_main, start_cli, without_seconds
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster, one test process
+pytestmark = pytest.mark.slow
 
 SLURM = ["--executor", "slurm", "--gpus-per-job", "0", "--finetune-gpus", "0", "--cpus-per-job", "1"]
 FAST_POLL = ["--poll-seconds", "0.5"]
