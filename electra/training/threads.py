@@ -4,7 +4,8 @@ mid-run makes a team of OpenMP threads wait for the core it shares (a step of 46
 process on a 2-core Xeon with 2 threads, 66-90 ms with 1), and work that ends leaves cores idle.
 
 So the loop times its steps, and looks at the machine again when they slow down (the median of the last
-RECENT_STEPS steps over SLOWDOWN x the median when the threads were last chosen) or every RECHECK_STEPS steps: what
+RECENT_STEPS steps over SLOWDOWN x the best such median since the threads were last chosen, starting from the
+median of BASELINE_STEPS steps after a warm-up) or every RECHECK_STEPS steps: what
 other processes kept busy of this process's usable cores since the last look (no extra wait: the CPU clocks of
 two moments), and the threads that leaves (electra.utils.machine.auto_threads). A change is said in one line and
 the metrics rows carry the threads of each window. An explicit `train.threads=N` or OMP_NUM_THREADS is never
@@ -28,9 +29,11 @@ RECHECK_STEPS = 500
 """Steps between two looks at the machine while nothing slows down (a look costs two reads of /proc/stat)."""
 SLOWDOWN = 1.5
 """Steps this much slower than when the threads were chosen: look now."""
+WARMUP_STEPS = 10
+"""Steps left out after each choice: a new thread team, the allocator's first blocks (a fresh run's first steps
+took ~125 ms where it settled at ~45: the `cpu` preset, 2 threads, Intel Xeon family 6 model 167)."""
 BASELINE_STEPS = 20
-"""Steps timed after each choice, whose median is what later steps are compared with (the first one is left out:
-it warms the allocator and the thread team)."""
+"""Steps timed after the warm-up, whose median is what later steps are compared with."""
 RECENT_STEPS = 10
 """Steps whose median is compared with the baseline: one slow step (an evaluation, a save, a page fault) is not a
 slowdown."""
@@ -52,11 +55,14 @@ class ThreadWatch:
         self.since_look += 1
         if self.baseline is None:
             self.times.append(seconds)
-            if len(self.times) > BASELINE_STEPS:
-                self.baseline = statistics.median(self.times[1:])
+            if len(self.times) >= WARMUP_STEPS + BASELINE_STEPS:
+                self.baseline = statistics.median(self.times[WARMUP_STEPS:])
             return None
         self.recent.append(seconds)
-        slow = len(self.recent) == RECENT_STEPS and statistics.median(self.recent) > SLOWDOWN * self.baseline
+        recent = statistics.median(self.recent) if len(self.recent) == RECENT_STEPS else None
+        slow = recent is not None and recent > SLOWDOWN * self.baseline
+        if recent is not None and recent < self.baseline:  # a run still warming up settles faster: its best pace
+            self.baseline = recent
         if not slow and self.since_look < RECHECK_STEPS:
             return None
         return self.look(statistics.median(self.recent) if slow else None)

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from electra.training import threads as watch_module
-from electra.training.threads import BASELINE_STEPS, RECENT_STEPS, RECHECK_STEPS, ThreadWatch
+from electra.training.threads import BASELINE_STEPS, RECENT_STEPS, RECHECK_STEPS, WARMUP_STEPS, ThreadWatch
+
+SETTLED = WARMUP_STEPS + BASELINE_STEPS  # steps until a watch has its baseline
 
 
 @pytest.fixture
@@ -32,7 +34,7 @@ def steps(watch: ThreadWatch, seconds: float, n: int) -> list[int]:
 
 def test_busy_work_that_starts_mid_run_takes_a_thread_at_once_and_gives_it_back_when_it_ends(machine, caplog):
     watch = ThreadWatch(threads=2)
-    assert steps(watch, 0.046, BASELINE_STEPS + 50) == []  # steady: no look before RECHECK_STEPS
+    assert steps(watch, 0.046, SETTLED + 50) == []  # steady: no look before RECHECK_STEPS
     machine["busy"] = 1.3  # another process starts: steps slow to ~3x
     with caplog.at_level("INFO", logger="electra.pretrain"):
         changed = steps(watch, 0.131, RECENT_STEPS)
@@ -46,7 +48,7 @@ def test_busy_work_that_starts_mid_run_takes_a_thread_at_once_and_gives_it_back_
 
 def test_a_slowdown_that_is_not_the_machines_becomes_the_new_normal(machine):
     watch = ThreadWatch(threads=2)
-    steps(watch, 0.05, BASELINE_STEPS + 1)
+    steps(watch, 0.05, SETTLED)
     assert steps(watch, 0.2, RECENT_STEPS) == [] and machine["set"] == []  # nothing else runs: keep the threads
     assert watch.baseline == pytest.approx(0.2)
     assert steps(watch, 0.2, RECENT_STEPS * 3) == []  # and no look after every step from now on
@@ -55,9 +57,19 @@ def test_a_slowdown_that_is_not_the_machines_becomes_the_new_normal(machine):
 
 def test_one_slow_step_is_no_slowdown(machine):
     watch = ThreadWatch(threads=2)
-    steps(watch, 0.05, BASELINE_STEPS + 1)
+    steps(watch, 0.05, SETTLED)
     machine["busy"] = 2.0
     assert steps(watch, 0.5, 1) + steps(watch, 0.05, RECENT_STEPS - 1) == []  # an evaluation, a save: not a trend
+
+
+def test_a_run_still_warming_up_is_judged_against_its_best_pace(machine):
+    """A fresh run's first steps are slow (~125 ms against a settled ~45 at the `cpu` preset): a baseline taken
+    while it warms up would hide busy work that later slows it to 2x its settled pace."""
+    watch = ThreadWatch(threads=2)
+    steps(watch, 0.125, SETTLED + 10)  # still warming up when the baseline is taken
+    assert steps(watch, 0.045, RECENT_STEPS * 2) == [] and watch.baseline == pytest.approx(0.045)
+    machine["busy"] = 1.3
+    assert steps(watch, 0.09, RECENT_STEPS) == [1]  # 2x the settled pace, still under 1.5x the warm-up's
 
 
 def test_only_auto_on_a_cpu_is_watched_and_each_row_says_its_threads(tmp_path, monkeypatch):
