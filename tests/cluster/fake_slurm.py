@@ -1,5 +1,5 @@
-"""Stand-ins for sbatch, squeue, sinfo and scancel, for the SLURM executor's tests without a cluster
-(tests/cluster/test_follow.py): `install(folder)` writes the four commands into FOLDER/bin (to be put first on the
+"""Stand-ins for sbatch, squeue, sinfo, scancel and srun, for the SLURM executor's tests without a cluster
+(tests/cluster/test_follow.py): `install(folder)` writes the five commands into FOLDER/bin (to be put first on the
 PATH) and their shared state into FOLDER/state.json, which the tests read and change: the jobs in the queue (state,
 pending reason, name, comment), each sbatch script submitted, how many squeue calls fail next, sinfo's lines. No job
 ever runs: a test finishes one by writing its result and taking it out of the queue."""
@@ -15,7 +15,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-COMMANDS = ("sbatch", "squeue", "sinfo", "scancel")
+COMMANDS = ("sbatch", "squeue", "sinfo", "scancel", "srun")
+"""srun only has to exist (submitit looks for it on the PATH to tell that it is on a cluster); it runs nothing."""
 SINFO = "debug*|2|21694|(null)|infinite\n"
 """One partition: 2 CPUs and 21 GB a node, no GPUs, no time limit (what scripts/slurm_localhost.sh configures)."""
 
@@ -90,7 +91,12 @@ def scancel(folder: Path, args: list[str]) -> int:
     return 0
 
 
+def srun(folder: Path, args: list[str]) -> int:
+    print("fake srun: no job runs here", file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
     root, command = Path(sys.argv[1]), sys.argv[2]
     os.environ.pop("SLURM_CONF", None)
-    sys.exit({"sbatch": sbatch, "squeue": squeue, "sinfo": sinfo, "scancel": scancel}[command](root, sys.argv[3:]))
+    sys.exit({"sbatch": sbatch, "squeue": squeue, "sinfo": sinfo, "scancel": scancel, "srun": srun}[command](root, sys.argv[3:]))
