@@ -99,4 +99,5 @@ def srun(folder: Path, args: list[str]) -> int:
 if __name__ == "__main__":
     root, command = Path(sys.argv[1]), sys.argv[2]
     os.environ.pop("SLURM_CONF", None)
-    sys.exit({"sbatch": sbatch, "squeue": squeue, "sinfo": sinfo, "scancel": scancel, "srun": srun}[command](root, sys.argv[3:]))
+    commands = {"sbatch": sbatch, "squeue": squeue, "sinfo": sinfo, "scancel": scancel, "srun": srun}
+    sys.exit(commands[command](root, sys.argv[3:]))
