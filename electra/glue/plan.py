@@ -94,6 +94,8 @@ class TaskPlan:
     length: int
     """The length its batches are padded to, on average."""
     seconds_per_step: float
+    schedule_steps: int | None = None
+    """The steps of the recipe's whole schedule, when `finetune.max_steps` cuts the run short of it."""
 
 
 @dataclass
@@ -131,7 +133,9 @@ def make_plan(
         left = sum(1 for task, _ in pending if task == name)
         pairs = 2 if ft.swap_pairs and d.task.unordered else 1  # OFF's double_unordered (MRPC, STS-B)
         epochs, steps, _ = run_length(d.n_train * pairs, d.task, ft)
-        tasks[name] = TaskPlan(left, steps, epochs, d.n_train * pairs, lengths[name], timed[lengths[name]])
+        schedule = epochs * math.ceil(d.n_train * pairs / ft.batch_size)
+        tasks[name] = TaskPlan(left, steps, epochs, d.n_train * pairs, lengths[name], timed[lengths[name]],
+                               schedule if steps < schedule else None)  # fmt: skip
     several = device.type == "cpu" and workers > 1
     threads = f", {plural(max(1, usable_cpus() // workers), 'thread')} each" if several else ""
     return SweepPlan(tasks, workers, f"{device.type}{threads}")
@@ -146,9 +150,10 @@ def plan_lines(plan: SweepPlan, out: str, on_slurm: bool = False) -> list[str]:
     width = max(len(name) for name in plan.tasks)
     for name, t in plan.tasks.items():
         each = duration(t.steps * t.seconds_per_step)
+        cut = f"capped: {t.steps:,} of the {t.schedule_steps:,} steps of " if t.schedule_steps else ""
         lines.append(
-            f"   {name:<{width}}  {plural(t.runs, 'run'):>7} x {plural(t.steps, 'step'):>12} ({t.epochs} epochs of "
-            f"{t.examples:,} examples, length ~{t.length})  about {each} a run"
+            f"   {name:<{width}}  {plural(t.runs, 'run'):>7} x {plural(t.steps, 'step'):>12} ({cut}{t.epochs} epochs "
+            f"of {t.examples:,} examples, length ~{t.length})  about {each} a run"
         )
     if on_slurm:
         lines.append("   each job as long as a run here (times from timed steps on this device); they run side by side")

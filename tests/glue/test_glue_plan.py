@@ -53,6 +53,19 @@ def test_the_plan_comes_before_the_first_run_with_each_tasks_steps_and_the_time(
     assert "== the plan" not in capsys.readouterr().out and len(timed) <= 2
 
 
+def test_a_capped_run_says_how_much_of_its_schedule_it_keeps(world, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plan_module, "step_seconds", lambda model, ft, length, device: 0.5)
+    spec = SweepSpec(out=str(tmp_path / "out"), model=str(world["run"]), tasks=["rte", "mrpc"],
+                     glue_dir=str(world["glue"]), seeds=[0], finetune=FinetuneConfig(epochs=2, max_steps=3),
+                     progress=False)  # fmt: skip
+    run_sweep(spec)
+    lines = capsys.readouterr().out.splitlines()
+    rte = next(line for line in lines if line.split()[:1] == ["rte"])
+    mrpc = next(line for line in lines if line.split()[:1] == ["mrpc"])
+    assert "(2 epochs of 32 examples" in rte  # 2 steps: under the cap, the whole schedule
+    assert "(capped: 3 of the 4 steps of 2 epochs of 64 examples" in mrpc
+
+
 def test_the_wall_time_spreads_the_runs_over_the_workers():
     plan = plan_module.SweepPlan(
         {"sst2": plan_module.TaskPlan(3, 100, 3, 1000, 64, 1.0), "rte": plan_module.TaskPlan(3, 10, 3, 100, 64, 1.0)},
