@@ -13,7 +13,12 @@ study of the same shape, whose recipe the fix does not touch:
         docs/results/wiki-cpu-budgets:study-4x128-30m/mlm
 
 A model a study pretrained under several seeds (`--pretrain-seeds`) is named as its setting (`REPORT:electra`, its
-runs in results.json's "pretrain_seeds"), and compared over its pretraining seeds as the report does.
+runs in results.json's "pretrain_seeds"), and compared over its pretraining seeds as the report does. Sides joined
+by `+` are one model's pretraining seeds from several reports: a study too long for one machine can run one
+pretraining seed per study (`--set train.seed=K` and a folder of its own), each report committed as it finishes,
+and be judged over all of them:
+
+    python scripts/compare_reports.py r0:electra+r1:electra+r2:electra r0:mlm+r1:mlm+r2:mlm --tasks sst2,stsb
 """
 
 import argparse
@@ -31,6 +36,15 @@ GATES = {
     "COLLAPSED": Gate(False, collapsed=True),
     "not pretrained": Gate(None),
 }
+
+
+def sides(spec: str) -> tuple[str, list[dict], Gate | None]:
+    """`REPORT_DIR:MODEL[+REPORT_DIR:MODEL...]` -> (the first model's name, the results.json entry of each
+    pretraining seed of every part, the gate over all of them)."""
+    parts = [side(part) for part in spec.split("+")]
+    runs = [run for _, part_runs, _ in parts for run in part_runs]
+    gates = [gate for _, _, gate in parts]
+    return parts[0][0], runs, gates[0] if len(gates) == 1 else seeds_gate(gates)
 
 
 def side(spec: str) -> tuple[str, list[dict], Gate | None]:
@@ -74,11 +88,11 @@ def summary_gate(report: Path, model: str) -> Gate | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("a", metavar="A_REPORT_DIR:MODEL")
-    p.add_argument("b", metavar="B_REPORT_DIR:MODEL")
+    p.add_argument("a", metavar="A_REPORT_DIR:MODEL[+...]")
+    p.add_argument("b", metavar="B_REPORT_DIR:MODEL[+...]")
     p.add_argument("--tasks", default="sst2,mrpc,rte,wnli")
     args = p.parse_args()
-    (a, ra, ga), (b, rb, gb) = side(args.a), side(args.b)
+    (a, ra, ga), (b, rb, gb) = sides(args.a), sides(args.b)
     tasks = args.tasks.split(",")
     for name, runs in ((a, ra), (b, rb)):
         nested = {t: nest(runs, t) for t in tasks}
@@ -92,7 +106,9 @@ def _scores(task: str, n) -> str:
     """One task's mean ± std over seeds (n), or over pretraining seeds with several."""
     if len(n.means) == 1:
         return f"{task} {n.mean:.1f} ± {n.stds[0]:.1f} (n {n.ns[0]})"
-    return f"{task} {n.mean:.1f} ± {n.pretrain_std:.1f} ({len(n.means)} pretraining seeds × {min(n.ns)})"
+    said = f"{task} {n.mean:.1f} ± {n.pretrain_std:.1f} ({len(n.means)} pretraining seeds × {min(n.ns)}"
+    share = n.share.share if n.share is not None else None
+    return said + (f"; the pretraining seed's share of the variance {share:.0%})" if share is not None else ")")
 
 
 if __name__ == "__main__":

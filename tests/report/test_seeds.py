@@ -185,10 +185,29 @@ def test_compare_reports_compares_two_models_of_committed_reports_over_their_pre
     out = run_python("scripts/compare_reports.py", f"{report}:electra", f"{report}:mlm", "--tasks", "sst2", check=True)
     means_a, means_b = [np.mean(s) for s in ELECTRA], [np.mean(s) for s in MLM]
     ref = stats.ttest_ind(means_a, means_b, equal_var=False)
-    assert f"electra: sst2 {np.mean(means_a):.1f} ± {np.std(means_a, ddof=1):.1f} (3 pretraining seeds × 5)" in (
+    assert f"electra: sst2 {np.mean(means_a):.1f} ± {np.std(means_a, ddof=1):.1f} (3 pretraining seeds × 5; " in (
         out.stdout
     )
     assert f"Welch's t over pretraining-seed means {ref.statistic:.2f}, df {ref.df:.1f}, p = {ref.pvalue:.3f}" in (
         out.stdout
     )
     assert "nothing can be concluded at 95% confidence" in out.stdout
+
+
+def test_compare_reports_joins_one_pretraining_seed_per_report_into_the_same_verdict(tmp_path):
+    """A study too long for one machine, run one pretraining seed per study folder and report: the sides joined
+    with `+` give the verdict and the variance share of one study with all its pretraining seeds."""
+    mlm = {"mlm": "mlm"}
+    whole_study = {"electra": [{"sst2": s} for s in ELECTRA], "mlm": [{"sst2": s} for s in MLM]}
+    one = write_report([fake_seeded_study(tmp_path / "all", whole_study, kinds=mlm)])
+    parts = []
+    for k, (a, b) in enumerate(zip(ELECTRA, MLM, strict=True)):
+        study = fake_seeded_study(tmp_path / f"p{k}", {"electra": [{"sst2": a}], "mlm": [{"sst2": b}]}, kinds=mlm)
+        parts.append(write_report([study]))
+    electra, masked = ("+".join(f"{p}:{model}" for p in parts) for model in ("electra", "mlm"))
+    joined = run_python("scripts/compare_reports.py", electra, masked, "--tasks", "sst2", check=True)
+    whole = run_python("scripts/compare_reports.py", f"{one}:electra", f"{one}:mlm", "--tasks", "sst2", check=True)
+    assert joined.stdout == whole.stdout
+    means, stds = [float(np.mean(s)) for s in ELECTRA], [float(np.std(s, ddof=1)) for s in ELECTRA]
+    share = variance_share(means, stds, [5, 5, 5]).share
+    assert f"the pretraining seed's share of the variance {share:.0%}" in whole.stdout
