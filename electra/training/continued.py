@@ -241,7 +241,8 @@ def afresh(cfg: PretrainConfig, source: Source) -> dict:
     if o.kind == "electra":
         said["objective.temperature"] = o.temperature
         said["objective.temperature_start"] = o.temperature_start
-        said["objective.temperature_steps"] = o.temperature_steps
+        if o.temperature_start is not None:  # the schedule's length means nothing without one
+            said["objective.temperature_steps"] = o.temperature_steps
     if source.fresh_generator:
         said["model.generator_fraction"] = cfg.model.generator_fraction
         said["model.generator_hidden_size"] = cfg.model.generator.hidden_size

@@ -169,6 +169,8 @@ def test_a_transformers_pair_continues_from_its_weights_under_a_fresh_optimizer_
     assert init["sha256"] == sha256_file(pair / "discriminator" / "model.safetensors")
     assert init["generator_sha256"] == sha256_file(pair / "generator" / "model.safetensors")
     assert init["afresh"]["train.warmup_steps"] == 2 and init["afresh"]["train.lr"] == 5e-4
+    assert init["afresh"]["objective.temperature_start"] is None  # no schedule: no schedule length said either
+    assert "objective.temperature_steps" not in init["afresh"]
 
 
 def test_our_own_run_continues_from_its_final_weights_and_the_source_is_recorded(base, corpora, tmp_path, caplog):
