@@ -65,7 +65,7 @@ class ThreadWatch:
             self.baseline = recent
         if not slow and self.since_look < RECHECK_STEPS:
             return None
-        return self.look(statistics.median(self.recent) if slow else None)
+        return self.look(recent if slow else None)
 
     def look(self, slow: float | None = None) -> int | None:
         """Choose again from what other work kept busy since the last look; `slow`: the recent steps' median, when
