@@ -51,6 +51,19 @@ alive() {  # alive PIDFILE NAME: the pid file names a live process called NAME (
     [[ $name == "($2)" && $state != Z ]]
 }
 
+launched() {  # launched NAME: a live NAME started by us with our slurm.conf, found by its command line. The daemon
+    # forks away from the command we ran and writes its pid file only once it has set itself up, which on a busy
+    # machine can come after our first look: until then its pid file cannot tell a daemon starting from one gone.
+    local proc name cmd
+    for proc in /proc/[0-9]*; do
+        name=$(cat "$proc/comm" 2>/dev/null) || continue
+        [[ $name == "$1" ]] || continue
+        cmd=$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null) || continue
+        [[ $cmd == *" -f $CONF "* ]] && return 0  # a zombie's command line is empty
+    done
+    return 1
+}
+
 write_conf() {
     local host cpus mem_mb
     host=$(hostname -s)
@@ -153,8 +166,8 @@ start() {
     while ((SECONDS < deadline)); do
         state=$(node_state)
         [[ $state == idle ]] && break
-        alive "$DIR/slurmctld.pid" slurmctld || die "slurmctld exited" "$DIR/slurmctld.log"
-        alive "$DIR/slurmd.pid" slurmd || die "slurmd exited" "$DIR/slurmd.log"
+        alive "$DIR/slurmctld.pid" slurmctld || launched slurmctld || die "slurmctld exited" "$DIR/slurmctld.log"
+        alive "$DIR/slurmd.pid" slurmd || launched slurmd || die "slurmd exited" "$DIR/slurmd.log"
         sleep 0.2
     done
     [[ $state == idle ]] ||

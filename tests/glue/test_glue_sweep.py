@@ -184,12 +184,7 @@ def test_killed_sweep_resumes(world, tmp_path, capsys):
     first = out / "runs" / "rte" / "seed0" / "result.json"
     claim = out / "runs" / "rte" / "seed1" / "claim"
     deadline = time.time() + 120
-    # the claim is there once it holds its owner (a file seen between its creation and its first write is empty)
-    while (
-        not (first.exists() and claim.exists() and claim.stat().st_size)
-        and proc.poll() is None
-        and time.time() < deadline
-    ):
+    while not (first.exists() and _held(claim)) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -217,6 +212,21 @@ def _interrupted_runs(line: str) -> set[tuple[str, int]]:
     return runs
 
 
+def _held(claim: Path) -> bool:
+    """The claim holds its owner: a file seen between its creation and its first write is empty, and one released
+    between looking for it and reading it is gone."""
+    try:
+        return claim.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def _training(out: Path) -> bool:
+    """A run of the sweep in OUT holds its claim and has not finished. A finished run's claim outlives its
+    result.json by a moment, and a Ctrl-C then, or in the report written after it, lands between two runs."""
+    return any(_held(c) and not c.with_name("result.json").exists() for c in out.glob("runs/*/*/claim"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["--num-workers", "2"]], ids=["one process", "two workers"])
 def test_ctrl_c_says_what_finished_what_was_interrupted_and_the_command_that_continues(world, tmp_path, workers):
@@ -229,8 +239,7 @@ def test_ctrl_c_says_what_finished_what_was_interrupted_and_the_command_that_con
     first = out / "runs" / "rte" / "seed0" / "result.json"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        claims = [c for c in out.glob("runs/rte/*/claim") if c.stat().st_size]  # held by a live run
-        if first.exists() and claims:
+        if first.exists() and _training(out):
             break
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
