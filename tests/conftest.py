@@ -34,3 +34,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def pytest_collection_modifyitems(items):
+    """Modules with slow tests first, each module's tests kept together and in order (module fixtures are built
+    once): on several workers (`make test`) the long end-to-end tests start early and the many short ones fill in at
+    the end, rather than one worker running a long test alone while the other has nothing left to do."""
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in slow_modules)
