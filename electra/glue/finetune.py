@@ -118,14 +118,18 @@ def target_scale(task: Task, cfg: FinetuneConfig) -> float:
     return task.target_scale if task.is_regression and cfg.scale_targets else 1.0
 
 
-def run_length(n_train: int, task: Task, cfg: FinetuneConfig) -> tuple[int, int, float]:
-    """(epochs, optimizer steps, warmup steps) of a run on `n_train` examples.
+def schedule_steps(n_train: int, task: Task, cfg: FinetuneConfig) -> int:
+    """Optimizer steps of the whole schedule on `n_train` examples, before any `max_steps` cap. OFF
+    preprocessing.py pads the training set to a multiple of the batch (padding examples carry no loss), so an epoch
+    is ceil(n / batch) steps."""
+    return (cfg.epochs or task.epochs) * math.ceil(n_train / cfg.batch_size)
 
-    OFF preprocessing.py pads the training set to a multiple of the batch (padding examples carry no loss), so
-    an epoch is ceil(n / batch) steps; its warmup is num_train_steps * warmup_proportion, not rounded.
-    """
+
+def run_length(n_train: int, task: Task, cfg: FinetuneConfig) -> tuple[int, int, float]:
+    """(epochs, optimizer steps, warmup steps) of a run on `n_train` examples: the schedule, cut at `max_steps`;
+    OFF's warmup is num_train_steps * warmup_proportion, not rounded."""
     epochs = cfg.epochs or task.epochs
-    total = epochs * math.ceil(n_train / cfg.batch_size)
+    total = schedule_steps(n_train, task, cfg)
     if cfg.max_steps is not None:
         total = min(total, cfg.max_steps)
     return epochs, total, cfg.warmup_fraction * total

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from electra.config import FinetuneConfig, ModelConfig
 from electra.glue.features import encode
-from electra.glue.finetune import run_length
+from electra.glue.finetune import run_length, schedule_steps
 from electra.glue.heads import GlueModel
 from electra.glue.loading import TaskData
 from electra.glue.optim import build_optimizer
@@ -133,7 +133,7 @@ def make_plan(
         left = sum(1 for task, _ in pending if task == name)
         pairs = 2 if ft.swap_pairs and d.task.unordered else 1  # OFF's double_unordered (MRPC, STS-B)
         epochs, steps, _ = run_length(d.n_train * pairs, d.task, ft)
-        schedule = epochs * math.ceil(d.n_train * pairs / ft.batch_size)
+        schedule = schedule_steps(d.n_train * pairs, d.task, ft)
         tasks[name] = TaskPlan(left, steps, epochs, d.n_train * pairs, lengths[name], timed[lengths[name]],
                                schedule if steps < schedule else None)  # fmt: skip
     several = device.type == "cpu" and workers > 1
