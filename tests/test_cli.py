@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from electra.cli import COMMANDS, invoked_as, main, resume_command
+from electra.cli import COMMANDS, main
+from electra.cli.common import invoked_as
+from electra.cli.pretrain import resume_command
 from electra.config import ConfigError, load_config
 from electra.utils.wording import budget, plural
 
@@ -163,7 +165,7 @@ def test_a_printed_command_starts_with_the_electra_the_user_ran(tmp_path, monkey
     assert invoked_as(str(other)) == [str(other)]  # another electra is first on PATH
     monkeypatch.setattr("shutil.which", lambda name: None)
     assert invoked_as(".venv/bin/electra") == [".venv/bin/electra"]
-    assert invoked_as("/src/electra/cli.py") == [sys.executable, "-m", "electra.cli"]
+    assert invoked_as("/src/electra/cli/__main__.py") == [sys.executable, "-m", "electra.cli"]
 
 
 def test_pretrain_stopped_by_ctrl_c_prints_the_whole_command_that_continues_it(tmp_path, monkeypatch, capsys):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from electra.cli import COMMANDS, Parser
+from electra.cli import COMMANDS
+from electra.cli.common import Parser
 from electra.glue.sweep import SweepSpec
 from tests.helpers import ROOT
 

@@ -1,3 +1,3 @@
 """GLUE fine-tuning and evaluation: tasks -> loading -> features -> heads -> optim -> finetune -> metrics -> report
--> submission, driven by `run_sweep` (sweep.py; `electra glue` in electra/cli.py). See docs/glue.md.
+-> submission, driven by `run_sweep` (sweep.py; `electra glue` in electra/cli/glue.py). See docs/glue.md.
 """

@@ -1,5 +1,5 @@
 """`electra glue` as a library function: fine-tune one pretrained model on tasks x seeds, each run resumable,
-then report. `run_sweep(SweepSpec(...))` does the work; electra/cli.py only turns flags into a SweepSpec.
+then report. `run_sweep(SweepSpec(...))` does the work; electra/cli/glue.py only turns flags into a SweepSpec.
 
     OUT/sweep.json                       what this folder holds (model, recipe, hyperparameters, their fingerprint)
     OUT/runs/TASK/seedS/result.json      one finished run, written atomically when it finishes

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from electra.cli import _add_executor, _slurm_options
+from electra.cli.glue import add_executor, slurm_options
 from electra.config import ConfigError
 from electra.executors.follow import error_line
 from electra.executors.slurm import (
@@ -22,8 +22,8 @@ from electra.executors.slurm import (
 
 def parsed(*argv: str) -> SlurmOptions:
     p = argparse.ArgumentParser()
-    _add_executor(p)
-    return _slurm_options(p.parse_args(list(argv)))
+    add_executor(p)
+    return slurm_options(p.parse_args(list(argv)))
 
 
 def test_yaml_then_flags_and_a_bad_file_named(tmp_path):

@@ -287,7 +287,8 @@ def test_glue_dir_takes_several_folders_each_task_from_the_first_that_holds_it(t
     import os
     import shutil
 
-    from electra.cli import COMMANDS, _glue_dirs
+    from electra.cli import COMMANDS
+    from electra.cli.glue import glue_dirs
 
     full = write_glue(tmp_path / "glue")
     a, b = tmp_path / "a", tmp_path / "b"
@@ -299,7 +300,7 @@ def test_glue_dir_takes_several_folders_each_task_from_the_first_that_holds_it(t
     parser = argparse.ArgumentParser()
     COMMANDS["glue"][1](parser)
     args = parser.parse_args(["--out", "x", "--glue-dir", str(a), "--glue-dir", str(b)])
-    joined = _glue_dirs(args.glue_dir)
+    joined = glue_dirs(args.glue_dir)
     assert joined == f"{a}{os.pathsep}{b}"
     specs, _ = resolve_tasks("rte,wnli", joined)
     assert [(s.task.name, s.root.parent) for s in specs] == [("rte", a), ("wnli", b)]
