@@ -12,8 +12,8 @@ from pathlib import Path
 
 class Parser(argparse.ArgumentParser):
     """Every parser of the command, a subcommand's own subcommands' too (`add_subparsers` makes its parsers of its
-    parent's class): no abbreviated flags, so `--max-step 100` is refused with a did-you-mean (`_flag_suggestion`)
-    instead of silently meaning --max-steps, and `--task sst2` instead of meaning --tasks."""
+    parent's class): no abbreviated flags, so `--max-step 100` is refused with a did-you-mean (`_flag_suggestion`,
+    electra/cli/__init__.py) instead of silently meaning --max-steps, and `--task sst2` instead of meaning --tasks."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
@@ -39,6 +39,7 @@ def invoked_as(argv0: str | None = None) -> list[str]:
 
 
 def parse_seeds(text: str) -> list[int]:
+    """--seeds: N for seeds 0..N-1, or a comma list of seeds."""
     try:
         return [int(s) for s in text.split(",") if s.strip()] if "," in text else list(range(int(text)))
     except ValueError:
