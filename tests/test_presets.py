@@ -63,7 +63,7 @@ OFF_TRAIN = {
 # counterpart for. None of them changes the recipe; each says why.
 OURS_OBJECTIVE = {
     # OFF: scatter_update of a position drawn twice writes the floor of the mean of the two samples there, a side
-    # effect (electra/config.py ObjectiveConfig.repeated_draws); "original" reproduces it
+    # effect (electra/config/schema.py ObjectiveConfig.repeated_draws); "original" reproduces it
     "objective.repeated_draws": "once",
     # OFF: Gumbel-max (pretrain_helpers.sample_from_softmax); the same distribution, one uniform per slot
     "objective.sampler": "inverse_cdf",

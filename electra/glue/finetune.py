@@ -3,7 +3,7 @@
 Each step: set every parameter group's layer-wise lr from the schedule, forward, per-example losses (summed over
 the batch, as OFF, or averaged), backward, clip the global norm, update (Adam without bias correction, as OFF, or
 AdamW). Dev evaluation at the end (optionally after every epoch) and test predictions on request. The recipe is a
-FinetuneConfig (electra/config.py); what differs between tasks comes from their Task (electra/glue/tasks.py).
+FinetuneConfig (electra/config/finetune.py); what differs between tasks comes from their Task (electra/glue/tasks.py).
 Returns the run's record; the sweep writes it (atomically) as the run's result file. RUN/metrics.jsonl gets the
 training loss every LOG_EVERY steps and the final dev metrics (prefixed dev_), as do the run's trackers.
 """

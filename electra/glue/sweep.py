@@ -92,7 +92,7 @@ class SweepSpec:
     tokenizer: str | None = None
     """A tokenizer folder, when none comes with the model."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    """The hyperparameters of every run (a recipe's, with overrides): electra/config.py FinetuneConfig."""
+    """The hyperparameters of every run (a recipe's, with overrides): electra/config/finetune.py FinetuneConfig."""
     recipe: str | None = None
     """The recipe `finetune` started from; recorded in sweep.json, not fingerprinted (its values are)."""
     device: str = "auto"
