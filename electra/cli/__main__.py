@@ -4,4 +4,5 @@ import sys
 
 from electra.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not in a process multiprocessing spawns from this one
+    sys.exit(main())
