@@ -42,26 +42,32 @@ die() {  # die MESSAGE [LOG...]: one line on stderr, then the end of each log na
     exit 1
 }
 
-alive() {  # alive PIDFILE NAME: the pid file names a live process called NAME (not a zombie waiting to be reaped)
-    local pid _ name state
-    [[ -s $1 ]] || return 1
-    pid=$(<"$1")
-    [[ $pid =~ ^[0-9]+$ ]] || return 1
-    read -r _ name state _ <"/proc/$pid/stat" 2>/dev/null || return 1
+live() {  # live PID NAME: PID is a live process called NAME (not a zombie waiting to be reaped)
+    local _ name state
+    [[ $1 =~ ^[0-9]+$ ]] || return 1
+    read -r _ name state _ <"/proc/$1/stat" 2>/dev/null || return 1
     [[ $name == "($2)" && $state != Z ]]
 }
 
-launched() {  # launched NAME: a live NAME started by us with our slurm.conf, found by its command line. The daemon
-    # forks away from the command we ran and writes its pid file only once it has set itself up, which on a busy
-    # machine can come after our first look: until then its pid file cannot tell a daemon starting from one gone.
-    local proc name cmd
+alive() {  # alive PIDFILE NAME: the pid file names a live process called NAME
+    [[ -s $1 ]] && live "$(<"$1")" "$2"
+}
+
+launched() {  # launched NAME: the pids of the live NAMEs started with our slurm.conf, found by their command line
+    # (the command we ran, while it forks, and the daemon it forks). The daemon writes its pid file only once it has
+    # set itself up, which on a busy machine can come after our first look: until then its pid file cannot tell a
+    # daemon starting from one gone. Fails where there is none.
+    local proc name cmd found=1
     for proc in /proc/[0-9]*; do
         name=$(cat "$proc/comm" 2>/dev/null) || continue
         [[ $name == "$1" ]] || continue
         cmd=$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null) || continue
-        [[ $cmd == *" -f $CONF "* ]] && return 0  # a zombie's command line is empty
+        if [[ $cmd == *" -f $CONF "* ]]; then  # a zombie's command line is empty
+            echo "${proc#/proc/}"
+            found=0
+        fi
     done
-    return 1
+    return $found
 }
 
 write_conf() {
@@ -166,8 +172,9 @@ start() {
     while ((SECONDS < deadline)); do
         state=$(node_state)
         [[ $state == idle ]] && break
-        alive "$DIR/slurmctld.pid" slurmctld || launched slurmctld || die "slurmctld exited" "$DIR/slurmctld.log"
-        alive "$DIR/slurmd.pid" slurmd || launched slurmd || die "slurmd exited" "$DIR/slurmd.log"
+        alive "$DIR/slurmctld.pid" slurmctld || launched slurmctld >/dev/null ||
+            die "slurmctld exited" "$DIR/slurmctld.log"
+        alive "$DIR/slurmd.pid" slurmd || launched slurmd >/dev/null || die "slurmd exited" "$DIR/slurmd.log"
         sleep 0.2
     done
     [[ $state == idle ]] ||
@@ -178,17 +185,23 @@ start() {
     echo "export SLURM_CONF=$CONF"
 }
 
-stop_daemon() {  # stop_daemon NAME: SIGTERM, then SIGKILL after 15 s
-    local pidfile=$DIR/$1.pid pid
-    alive "$pidfile" "$1" || { rm -f "$pidfile"; return 0; }
-    pid=$(<"$pidfile")
-    kill -TERM "$pid" 2>/dev/null || true
+stop_daemon() {  # stop_daemon NAME: SIGTERM, then SIGKILL after 15 s; a daemon still starting (no pid file yet) too
+    local pidfile=$DIR/$1.pid pids=() pid left
+    alive "$pidfile" "$1" && pids+=("$(<"$pidfile")")
+    mapfile -t -O "${#pids[@]}" pids < <(launched "$1" || true)
+    for pid in "${pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
     for _ in $(seq 150); do
-        alive "$pidfile" "$1" || { rm -f "$pidfile"; return 0; }
+        left=()
+        for pid in "${pids[@]}"; do
+            live "$pid" "$1" && left+=("$pid")
+        done
+        [[ ${#left[@]} -eq 0 ]] && { rm -f "$pidfile"; return 0; }
         sleep 0.1
     done
-    echo "slurm_localhost.sh: $1 ($pid) ignored SIGTERM for 15 s: killing it" >&2
-    kill -KILL "$pid" 2>/dev/null || true
+    echo "slurm_localhost.sh: $1 (${left[*]}) ignored SIGTERM for 15 s: killing it" >&2
+    kill -KILL "${left[@]}" 2>/dev/null || true
     rm -f "$pidfile"
 }
 
