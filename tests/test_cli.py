@@ -83,6 +83,22 @@ def test_glue_takes_no_progress_as_quiet():
     assert parser.parse_args([*REQUIRED["glue"], "--no-progress"]).quiet is True
 
 
+def test_every_fine_tuning_flag_of_glue_says_what_it_does():
+    """Each shortcut flag's help is its FinetuneConfig field's docstring (a docstring placed after the next field's
+    left --eval-batch-size with none)."""
+    import argparse
+
+    from electra.cli.glue import GLUE_FLAGS
+
+    _, add, _ = COMMANDS["glue"]
+    parser = argparse.ArgumentParser()
+    add(parser)
+    helps = {a.dest: a.help for a in parser._actions}
+    for dest, key in GLUE_FLAGS.items():
+        assert helps[dest] != f"(finetune.{key})", dest  # more than the key it sets
+    assert helps["eval_batch_size"].startswith("Examples per evaluation forward pass")
+
+
 def test_counts_and_budgets_read_as_people_write_them(tmp_path):
     import json
 
